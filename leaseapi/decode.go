@@ -1,0 +1,65 @@
+package leaseapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// ErrBodyTooLarge is returned by Decode for a body over MaxBodyBytes.
+var ErrBodyTooLarge = fmt.Errorf("request body exceeds %d bytes", MaxBodyBytes)
+
+// Decode reads exactly one JSON value from r into v. It refuses bodies over
+// MaxBodyBytes, unknown fields, and anything after the value, and names the
+// offending field where it can, so that a 400 tells the caller what to fix.
+func Decode(r io.Reader, v any) error {
+	body, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
+	if err != nil {
+		return fmt.Errorf("read request body: %w", err)
+	}
+	if len(body) > MaxBodyBytes {
+		return ErrBodyTooLarge
+	}
+	return DecodeBytes(body, v)
+}
+
+// DecodeBytes is Decode on a body already read.
+func DecodeBytes(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return describeJSONError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return &FieldError{Field: "body", Reason: "must hold exactly one JSON value"}
+	}
+	return nil
+}
+
+func describeJSONError(err error) error {
+	var (
+		syntaxErr *json.SyntaxError
+		typeErr   *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.Is(err, io.EOF):
+		return &FieldError{Field: "body", Reason: "must not be empty"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &FieldError{Field: "body", Reason: "malformed JSON: unexpected end of input"}
+	case errors.As(err, &syntaxErr):
+		return &FieldError{Field: "body", Reason: fmt.Sprintf("malformed JSON at offset %d: %v", syntaxErr.Offset, syntaxErr)}
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return &FieldError{Field: field, Reason: fmt.Sprintf("must be a JSON %s, got %s", typeErr.Type, typeErr.Value)}
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return &FieldError{Field: strings.Trim(name, `"`), Reason: "unknown field"}
+	}
+	return &FieldError{Field: "body", Reason: err.Error()}
+}

@@ -1,0 +1,146 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/berthfleet/berth/leaseapi/store"
+)
+
+// Outcome is what an operation did; it is also the metric label.
+type Outcome string
+
+const (
+	// OutcomeAcquired: a new term began with a new fencing token.
+	OutcomeAcquired Outcome = "acquired"
+	// OutcomeRenewed: the caller's current term was extended.
+	OutcomeRenewed Outcome = "renewed"
+	// OutcomeHeldByOther: acquire found the lease held by someone else.
+	OutcomeHeldByOther Outcome = "held-by-other"
+	// OutcomeLost: renew by a caller that no longer holds the lease.
+	OutcomeLost Outcome = "lost"
+	// OutcomeReleased: the holder gave the lease up (or it was already free).
+	OutcomeReleased Outcome = "released"
+	// OutcomeConflict: the request contradicts the lease's state (release by
+	// a non-holder, tokens exhausted, cordoned cluster).
+	OutcomeConflict Outcome = "conflict"
+	// OutcomeExpired: the sweep freed a lease whose term ended.
+	OutcomeExpired Outcome = "expired"
+	// OutcomeGraced: a restart extended a holder's term.
+	OutcomeGraced Outcome = "graced"
+)
+
+var (
+	// ErrNotHolder: a release named a holder or token that does not hold the lease.
+	ErrNotHolder = errors.New("lease is not held by this holder and token")
+	// ErrTokensExhausted: the fencing token reached its int32 maximum, so
+	// the lease can never be granted again without reusing a token.
+	ErrTokensExhausted = errors.New("fencing tokens exhausted")
+	// ErrCordoned: the holder's cluster is cordoned and may not take new leases.
+	ErrCordoned = errors.New("cluster is cordoned")
+)
+
+// Decision is what the state machine decided: whether to write, what, and why.
+type Decision struct {
+	Next    store.Lease
+	Write   bool
+	Outcome Outcome
+}
+
+// Held reports whether the decision leaves the lease with the caller.
+func (d Decision) Held() bool {
+	return d.Outcome == OutcomeAcquired || d.Outcome == OutcomeRenewed
+}
+
+// DecideAcquire decides an acquire by holder at now. cur has Version zero when
+// the key was never seen. A holder's acquire of its own unexpired lease
+// renews it and keeps the token; a free or expired lease goes to anyone with
+// the next token; a lease held by another is left alone.
+func DecideAcquire(cur store.Lease, holder string, ttl time.Duration, now time.Time) (Decision, error) {
+	switch {
+	case cur.Held(now) && cur.Holder == holder:
+		return extend(cur, ttl, now), nil
+	case cur.Held(now):
+		return Decision{Next: cur, Outcome: OutcomeHeldByOther}, nil
+	case cur.FencingToken == math.MaxInt32:
+		return Decision{Next: cur, Outcome: OutcomeConflict}, fmt.Errorf("%w at %d", ErrTokensExhausted, cur.FencingToken)
+	}
+	next := cur
+	next.Holder = holder
+	next.FencingToken = cur.FencingToken + 1
+	next.TTL = ttl
+	next.AcquiredAt = now
+	next.RenewedAt = now
+	next.ExpiresAt = now.Add(ttl)
+	return Decision{Next: next, Write: true, Outcome: OutcomeAcquired}, nil
+}
+
+// DecideRenew decides a renew. Only the holder of the current, unexpired term
+// with its token renews; anyone else learns that the lease is lost and who
+// holds it now.
+func DecideRenew(cur store.Lease, holder string, token int32, ttl time.Duration, now time.Time) Decision {
+	if cur.Held(now) && cur.Holder == holder && cur.FencingToken == token {
+		return extend(cur, ttl, now)
+	}
+	return Decision{Next: visible(cur, now), Outcome: OutcomeLost}
+}
+
+// DecideRelease decides a release. Releasing a free lease (never seen,
+// released, or swept) succeeds without a write; releasing the caller's own
+// term, even one that expired but was not yet swept, frees it and keeps the
+// token; anything else is ErrNotHolder.
+func DecideRelease(cur store.Lease, holder string, token int32) (Decision, error) {
+	switch {
+	case cur.Holder == "":
+		return Decision{Next: cur, Outcome: OutcomeReleased}, nil
+	case cur.Holder != holder || cur.FencingToken != token:
+		return Decision{Next: cur, Outcome: OutcomeConflict}, ErrNotHolder
+	}
+	return Decision{Next: free(cur), Write: true, Outcome: OutcomeReleased}, nil
+}
+
+// DecideExpire frees a lease whose term has ended, so that lists and metrics
+// tell the truth; it leaves every other lease alone.
+func DecideExpire(cur store.Lease, now time.Time) Decision {
+	if cur.Holder == "" || cur.Held(now) {
+		return Decision{Next: cur}
+	}
+	return Decision{Next: free(cur), Write: true, Outcome: OutcomeExpired}
+}
+
+// DecideGrace extends a held lease to at least one TTL past now. A server
+// calls it for every held lease when it starts, so that its own downtime never
+// moves a lease: the holder gets one full term to renew again.
+func DecideGrace(cur store.Lease, now time.Time) Decision {
+	if cur.Holder == "" || cur.TTL <= 0 || !cur.ExpiresAt.Before(now.Add(cur.TTL)) {
+		return Decision{Next: cur}
+	}
+	next := cur
+	next.ExpiresAt = now.Add(cur.TTL)
+	return Decision{Next: next, Write: true, Outcome: OutcomeGraced}
+}
+
+func extend(cur store.Lease, ttl time.Duration, now time.Time) Decision {
+	next := cur
+	next.TTL = ttl
+	next.RenewedAt = now
+	next.ExpiresAt = now.Add(ttl)
+	return Decision{Next: next, Write: true, Outcome: OutcomeRenewed}
+}
+
+func free(cur store.Lease) store.Lease {
+	next := cur
+	next.Holder = ""
+	return next
+}
+
+// visible is the record as a caller should see it at now: an expired term
+// shows no holder even before the sweep has written that down.
+func visible(cur store.Lease, now time.Time) store.Lease {
+	if cur.Holder != "" && !cur.Held(now) {
+		return free(cur)
+	}
+	return cur
+}

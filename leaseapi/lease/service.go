@@ -1,0 +1,350 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/berthfleet/berth/leaseapi"
+	"github.com/berthfleet/berth/leaseapi/store"
+)
+
+// casAttempts bounds how often one operation re-reads and re-decides after
+// losing a compare-and-swap race. Every lost race means another write landed,
+// so this only runs out under pathological contention.
+const casAttempts = 16
+
+// DefaultClusterTTL is how long a cluster counts as healthy after its last
+// heartbeat, and how long its registration blocks a different fingerprint.
+const DefaultClusterTTL = 30 * time.Second
+
+// ErrFingerprintConflict: another live registration holds the cluster id.
+var ErrFingerprintConflict = errors.New("cluster id is registered by another cluster")
+
+// Service applies the state machine to a store.
+type Service struct {
+	store      store.Store
+	clock      clock.PassiveClock
+	clusterTTL time.Duration
+}
+
+// Options configures a Service.
+type Options struct {
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
+	// ClusterTTL defaults to DefaultClusterTTL.
+	ClusterTTL time.Duration
+}
+
+// NewService returns a Service on s.
+func NewService(s store.Store, opts Options) *Service {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.ClusterTTL <= 0 {
+		opts.ClusterTTL = DefaultClusterTTL
+	}
+	return &Service{store: s, clock: opts.Clock, clusterTTL: opts.ClusterTTL}
+}
+
+// now is the server's clock, truncated to what every backend can store.
+func (s *Service) now() time.Time {
+	return s.clock.Now().UTC().Truncate(time.Microsecond)
+}
+
+// Acquire takes the lease for holder, or renews it if holder already has it.
+func (s *Service) Acquire(ctx context.Context, key leaseapi.Key, holder string, ttl time.Duration) (Decision, error) {
+	now := s.now()
+	return s.updateLease(ctx, key, func(cur store.Lease) (Decision, error) {
+		d, err := DecideAcquire(cur, holder, ttl, now)
+		if err != nil || d.Outcome != OutcomeAcquired {
+			return d, err
+		}
+		if err := s.checkNotCordoned(ctx, holder); err != nil {
+			return Decision{Next: cur, Outcome: OutcomeConflict}, err
+		}
+		return d, nil
+	})
+}
+
+// Renew extends holder's term if it still holds the lease with token.
+func (s *Service) Renew(ctx context.Context, key leaseapi.Key, holder string, token int32, ttl time.Duration) (Decision, error) {
+	now := s.now()
+	return s.updateLease(ctx, key, func(cur store.Lease) (Decision, error) {
+		return DecideRenew(cur, holder, token, ttl, now), nil
+	})
+}
+
+// Release frees the lease if holder holds it with token.
+func (s *Service) Release(ctx context.Context, key leaseapi.Key, holder string, token int32) (Decision, error) {
+	return s.updateLease(ctx, key, func(cur store.Lease) (Decision, error) {
+		return DecideRelease(cur, holder, token)
+	})
+}
+
+// Get returns the lease as callers should see it: an expired term shows no
+// holder even before the sweep has run.
+func (s *Service) Get(ctx context.Context, key leaseapi.Key) (store.Lease, error) {
+	l, err := s.store.GetLease(ctx, key.Namespace, key.Name)
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("get lease %s: %w", key, err)
+	}
+	return visible(l, s.now()), nil
+}
+
+// List returns a page of leases as Get shows them.
+func (s *Service) List(ctx context.Context, opts store.ListOptions) ([]store.Lease, bool, error) {
+	leases, more, err := s.store.ListLeases(ctx, opts)
+	if err != nil {
+		return nil, false, fmt.Errorf("list leases: %w", err)
+	}
+	now := s.now()
+	for i := range leases {
+		leases[i] = visible(leases[i], now)
+	}
+	return leases, more, nil
+}
+
+// SweepResult counts what a sweep saw and did.
+type SweepResult struct {
+	// Held is the number of leases with a live holder after the sweep.
+	Held int
+	// Expired is the number of leases the sweep freed.
+	Expired int
+}
+
+// Sweep frees every lease whose term has ended.
+func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
+	var res SweepResult
+	err := s.eachLease(ctx, func(l store.Lease) error {
+		if l.Holder == "" {
+			return nil
+		}
+		d, err := s.updateLease(ctx, leaseapi.Key{Namespace: l.Namespace, Name: l.Name}, func(cur store.Lease) (Decision, error) {
+			return DecideExpire(cur, s.now()), nil
+		})
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.Outcome == OutcomeExpired:
+			res.Expired++
+		case d.Next.Holder != "":
+			res.Held++
+		}
+		return nil
+	})
+	return res, err
+}
+
+// GrantGrace gives every current holder one full TTL from now to renew. Call
+// it once when the server starts, before serving.
+func (s *Service) GrantGrace(ctx context.Context) (int, error) {
+	graced := 0
+	err := s.eachLease(ctx, func(l store.Lease) error {
+		if l.Holder == "" {
+			return nil
+		}
+		d, err := s.updateLease(ctx, leaseapi.Key{Namespace: l.Namespace, Name: l.Name}, func(cur store.Lease) (Decision, error) {
+			return DecideGrace(cur, s.now()), nil
+		})
+		if d.Outcome == OutcomeGraced {
+			graced++
+		}
+		return err
+	})
+	return graced, err
+}
+
+// eachLease calls fn for every stored lease, a page at a time.
+func (s *Service) eachLease(ctx context.Context, fn func(store.Lease) error) error {
+	const pageSize = 500
+	opts := store.ListOptions{Limit: pageSize}
+	for {
+		page, more, err := s.store.ListLeases(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("list leases: %w", err)
+		}
+		for _, l := range page {
+			if err := fn(l); err != nil {
+				return err
+			}
+		}
+		if !more || len(page) == 0 {
+			return nil
+		}
+		last := page[len(page)-1]
+		opts.After = leaseapi.Key{Namespace: last.Namespace, Name: last.Name}.String()
+	}
+}
+
+func (s *Service) updateLease(ctx context.Context, key leaseapi.Key, decide func(store.Lease) (Decision, error)) (Decision, error) {
+	var d Decision
+	err := compareAndSwap(ctx,
+		func(ctx context.Context) (store.Lease, error) {
+			cur, err := s.store.GetLease(ctx, key.Namespace, key.Name)
+			if errors.Is(err, store.ErrNotFound) {
+				return store.Lease{Namespace: key.Namespace, Name: key.Name}, nil
+			}
+			return cur, err
+		},
+		func(cur store.Lease) (store.Lease, bool, error) {
+			var err error
+			d, err = decide(cur)
+			return d.Next, d.Write, err
+		},
+		func(ctx context.Context, next store.Lease) error {
+			var err error
+			d.Next, err = s.store.PutLease(ctx, next)
+			return err
+		})
+	if err != nil {
+		return d, fmt.Errorf("lease %s: %w", key, err)
+	}
+	return d, nil
+}
+
+// compareAndSwap reads, decides and writes until a write lands, the decision
+// is to write nothing, or something other than a lost race fails.
+func compareAndSwap[T any](
+	ctx context.Context,
+	get func(context.Context) (T, error),
+	decide func(T) (next T, write bool, err error),
+	put func(context.Context, T) error,
+) error {
+	for range casAttempts {
+		cur, err := get(ctx)
+		if err != nil {
+			return err
+		}
+		next, write, err := decide(cur)
+		if err != nil || !write {
+			return err
+		}
+		if err := put(ctx, next); !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("gave up after %d attempts: %w", casAttempts, store.ErrConflict)
+}
+
+// ClusterOf is the cluster a holder identity belongs to: the holder up to its
+// first "/" (a cluster acts as "<id>" or "<id>/...").
+func ClusterOf(holder string) string {
+	id, _, _ := strings.Cut(holder, "/")
+	return id
+}
+
+func (s *Service) checkNotCordoned(ctx context.Context, holder string) error {
+	c, err := s.store.GetCluster(ctx, ClusterOf(holder))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get cluster %s: %w", ClusterOf(holder), err)
+	case c.Cordoned:
+		return fmt.Errorf("%w: %s may not acquire leases until uncordoned", ErrCordoned, c.ID)
+	}
+	return nil
+}
+
+// RegisterCluster registers a cluster or records its heartbeat. A different
+// fingerprint is refused while the current registration is live.
+func (s *Service) RegisterCluster(ctx context.Context, id string, reg leaseapi.ClusterRegistration) (store.Cluster, error) {
+	now := s.now()
+	var out store.Cluster
+	err := compareAndSwap(ctx,
+		func(ctx context.Context) (store.Cluster, error) {
+			c, err := s.store.GetCluster(ctx, id)
+			if errors.Is(err, store.ErrNotFound) {
+				return store.Cluster{ID: id, RegisteredAt: now}, nil
+			}
+			return c, err
+		},
+		func(cur store.Cluster) (store.Cluster, bool, error) {
+			if cur.Fingerprint != "" && cur.Fingerprint != reg.Fingerprint && s.healthy(cur, now) {
+				return cur, false, fmt.Errorf("%w (fingerprint %q, last seen %s)", ErrFingerprintConflict, cur.Fingerprint, cur.LastSeen.Format(time.RFC3339))
+			}
+			next := cur
+			if next.Fingerprint != reg.Fingerprint {
+				next.RegisteredAt = now
+			}
+			next.Fingerprint = reg.Fingerprint
+			next.AgentVersion = reg.AgentVersion
+			next.Labels = maps.Clone(reg.Labels)
+			next.LastSeen = now
+			return next, true, nil
+		},
+		func(ctx context.Context, next store.Cluster) error {
+			var err error
+			out, err = s.store.PutCluster(ctx, next)
+			return err
+		})
+	if err != nil {
+		return store.Cluster{}, fmt.Errorf("register cluster %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// SetCordoned cordons or uncordons a registered cluster.
+func (s *Service) SetCordoned(ctx context.Context, id string, cordoned bool) (store.Cluster, error) {
+	var out store.Cluster
+	err := compareAndSwap(ctx,
+		func(ctx context.Context) (store.Cluster, error) { return s.store.GetCluster(ctx, id) },
+		func(cur store.Cluster) (store.Cluster, bool, error) {
+			out = cur
+			next := cur
+			next.Cordoned = cordoned
+			return next, cur.Cordoned != cordoned, nil
+		},
+		func(ctx context.Context, next store.Cluster) error {
+			var err error
+			out, err = s.store.PutCluster(ctx, next)
+			return err
+		})
+	if err != nil {
+		return store.Cluster{}, fmt.Errorf("set cordon of cluster %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// ClusterStatus is a registration with what the service derives from it.
+type ClusterStatus struct {
+	store.Cluster
+	Healthy    bool
+	LeasesHeld int
+}
+
+// Clusters lists every registered cluster with its health and the number of
+// leases its holders hold.
+func (s *Service) Clusters(ctx context.Context) ([]ClusterStatus, error) {
+	clusters, err := s.store.ListClusters(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list clusters: %w", err)
+	}
+	now := s.now()
+	held := map[string]int{}
+	err = s.eachLease(ctx, func(l store.Lease) error {
+		if l.Held(now) {
+			held[ClusterOf(l.Holder)]++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ClusterStatus, 0, len(clusters))
+	for _, c := range clusters {
+		out = append(out, ClusterStatus{Cluster: c, Healthy: s.healthy(c, now), LeasesHeld: held[c.ID]})
+	}
+	return out, nil
+}
+
+func (s *Service) healthy(c store.Cluster, now time.Time) bool {
+	return now.Sub(c.LastSeen) < s.clusterTTL
+}

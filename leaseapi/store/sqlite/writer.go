@@ -1,0 +1,169 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/berthfleet/berth/leaseapi/store"
+)
+
+// commitTimeout bounds one group commit.
+const commitTimeout = 30 * time.Second
+
+// writer is the only goroutine that writes. Each turn it takes every write
+// queued so far (up to maxBatch) and commits them together.
+func (s *Store) writer() {
+	defer close(s.stopped)
+	batch := make([]*write, 0, maxBatch)
+	for w := range s.writes {
+		batch = append(batch[:0], w)
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case w, ok := <-s.writes:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, w)
+			default:
+				break drain
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+// commit checks each write's version against the committed state plus the
+// writes accepted before it in the batch, writes the accepted ones in one
+// transaction, and publishes them only once that transaction is durable.
+func (s *Store) commit(batch []*write) {
+	leases := map[string]store.Lease{}
+	clusters := map[string]store.Cluster{}
+	accepted := make([]*write, 0, len(batch))
+
+	s.mu.RLock()
+	for _, w := range batch {
+		var err error
+		switch {
+		case w.lease != nil:
+			err = s.accept(w.lease, leases)
+		default:
+			err = s.acceptCluster(w.cluster, clusters)
+		}
+		if err != nil {
+			w.done <- err
+			continue
+		}
+		accepted = append(accepted, w)
+	}
+	s.mu.RUnlock()
+	if len(accepted) == 0 {
+		return
+	}
+
+	err := s.persist(accepted)
+	if err == nil {
+		s.mu.Lock()
+		for k, l := range leases {
+			s.leases[k] = l
+		}
+		for id, c := range clusters {
+			s.clusters[id] = c
+		}
+		s.mu.Unlock()
+	}
+	for _, w := range accepted {
+		w.done <- err
+	}
+}
+
+// accept checks a lease write against the newest state (batch first, then
+// committed) and gives it the next version.
+func (s *Store) accept(l *store.Lease, batch map[string]store.Lease) error {
+	k := leaseKey(l.Namespace, l.Name)
+	cur, ok := batch[k]
+	if !ok {
+		cur = s.leases[k]
+	}
+	if cur.Version != l.Version {
+		return store.ErrConflict
+	}
+	l.Version = cur.Version + 1
+	batch[k] = *l
+	return nil
+}
+
+func (s *Store) acceptCluster(c *store.Cluster, batch map[string]store.Cluster) error {
+	cur, ok := batch[c.ID]
+	if !ok {
+		cur = s.clusters[c.ID]
+	}
+	if cur.Version != c.Version {
+		return store.ErrConflict
+	}
+	c.Version = cur.Version + 1
+	batch[c.ID] = *c
+	return nil
+}
+
+// The upserts repeat the version check in SQL, so that a write can never land
+// on a row that changed behind the in-memory state.
+const (
+	upsertLease = `INSERT INTO leases (namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, version)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (namespace, name) DO UPDATE SET
+			holder = excluded.holder, fencing_token = excluded.fencing_token, ttl_micros = excluded.ttl_micros,
+			acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
+			version = excluded.version
+		WHERE leases.version = excluded.version - 1`
+	upsertCluster = `INSERT INTO clusters (id, fingerprint, agent_version, labels, cordoned, registered_at, last_seen, version)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET
+			fingerprint = excluded.fingerprint, agent_version = excluded.agent_version, labels = excluded.labels,
+			cordoned = excluded.cordoned, registered_at = excluded.registered_at, last_seen = excluded.last_seen,
+			version = excluded.version
+		WHERE clusters.version = excluded.version - 1`
+)
+
+func (s *Store) persist(writes []*write) (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin commit: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, tx.Rollback())
+		}
+	}()
+	for _, w := range writes {
+		var res sql.Result
+		if l := w.lease; l != nil {
+			res, err = tx.ExecContext(ctx, upsertLease, l.Namespace, l.Name, l.Holder, l.FencingToken,
+				l.TTL.Microseconds(), toMicros(l.AcquiredAt), toMicros(l.RenewedAt), toMicros(l.ExpiresAt), l.Version)
+		} else {
+			c := w.cluster
+			labels, jerr := json.Marshal(c.Labels)
+			if jerr != nil {
+				return fmt.Errorf("encode labels of cluster %s: %w", c.ID, jerr)
+			}
+			res, err = tx.ExecContext(ctx, upsertCluster, c.ID, c.Fingerprint, c.AgentVersion, string(labels),
+				c.Cordoned, toMicros(c.RegisteredAt), toMicros(c.LastSeen), c.Version)
+		}
+		if err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		if n, rerr := res.RowsAffected(); rerr != nil || n != 1 {
+			return fmt.Errorf("write: row version moved behind the store (rows affected %d, %v)", n, rerr)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+var (
+	// ErrNotFound is returned when no record exists for a key.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict is returned by a write whose expected version is no longer
+	// the stored one: another write landed first.
+	ErrConflict = errors.New("version conflict")
+)
+
+// Lease is the stored state of one lease key.
+type Lease struct {
+	Namespace string
+	Name      string
+	// Holder is empty when the lease is free.
+	Holder string
+	// FencingToken is the last token granted for this key; it only grows.
+	FencingToken int32
+	// TTL is the duration last granted, kept so that a restarted server can
+	// give the holder a grace period of the same length.
+	TTL        time.Duration
+	AcquiredAt time.Time
+	RenewedAt  time.Time
+	ExpiresAt  time.Time
+	// Version is owned by the store: zero for a record never written, and
+	// different after every write.
+	Version int64
+}
+
+// Held reports whether the lease has a holder whose term has not ended at now.
+func (l *Lease) Held(now time.Time) bool {
+	return l.Holder != "" && now.Before(l.ExpiresAt)
+}
+
+// Cluster is the stored registration of one cluster of the fleet.
+type Cluster struct {
+	ID           string
+	Fingerprint  string
+	AgentVersion string
+	Labels       map[string]string
+	Cordoned     bool
+	RegisteredAt time.Time
+	LastSeen     time.Time
+	Version      int64
+}
+
+// ListOptions selects a page of leases, ordered by namespace then name.
+type ListOptions struct {
+	// Namespace, when set, restricts the list to one namespace.
+	Namespace string
+	// After, when set, starts the page after this key ("namespace/name").
+	After string
+	// Limit bounds the page; zero means no bound.
+	Limit int
+}
+
+// LeaseStore keeps lease records.
+type LeaseStore interface {
+	// GetLease returns the record of a key, or ErrNotFound.
+	GetLease(ctx context.Context, namespace, name string) (Lease, error)
+	// PutLease writes l if the stored version is still l.Version (zero: no
+	// record may exist yet) and returns it with its new version; otherwise it
+	// returns ErrConflict and writes nothing.
+	PutLease(ctx context.Context, l Lease) (Lease, error)
+	// ListLeases returns leases in key order; more is true when the page was
+	// cut by Limit.
+	ListLeases(ctx context.Context, opts ListOptions) (leases []Lease, more bool, err error)
+}
+
+// ClusterStore keeps cluster registrations.
+type ClusterStore interface {
+	// GetCluster returns a registration, or ErrNotFound.
+	GetCluster(ctx context.Context, id string) (Cluster, error)
+	// PutCluster is the compare-and-swap write of PutLease for clusters.
+	PutCluster(ctx context.Context, c Cluster) (Cluster, error)
+	// ListClusters returns every registration ordered by id.
+	ListClusters(ctx context.Context) ([]Cluster, error)
+}
+
+// Store is what a backend implements.
+type Store interface {
+	LeaseStore
+	ClusterStore
+	// Ping checks that the store can serve; readiness probes call it.
+	Ping(ctx context.Context) error
+	// Close releases the store's resources; pending writes finish first.
+	Close() error
+}

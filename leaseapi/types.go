@@ -1,0 +1,110 @@
+package leaseapi
+
+import "time"
+
+// Version is the API version every path starts with.
+const Version = "v1alpha1"
+
+// Limits of the wire contract.
+const (
+	// MaxBodyBytes bounds every request body; larger bodies are answered 413.
+	MaxBodyBytes = 4 << 10
+	// MaxHolderBytes bounds a holder identity.
+	MaxHolderBytes = 253
+	// MaxKeyLength bounds "namespace.name".
+	MaxKeyLength = 253
+	// MaxTTLSeconds bounds ttlSeconds so that expiry times stay representable.
+	MaxTTLSeconds = 24 * 60 * 60
+)
+
+// AcquireRequest is the body of POST .../leases/{name}/acquire.
+type AcquireRequest struct {
+	Holder     string `json:"holder"`
+	TTLSeconds int32  `json:"ttlSeconds"`
+}
+
+// RenewRequest is the body of POST .../leases/{name}/renew.
+type RenewRequest struct {
+	Holder       string `json:"holder"`
+	FencingToken int32  `json:"fencingToken"`
+	TTLSeconds   int32  `json:"ttlSeconds"`
+}
+
+// ReleaseRequest is the body of POST .../leases/{name}/release.
+type ReleaseRequest struct {
+	Holder       string `json:"holder"`
+	FencingToken int32  `json:"fencingToken"`
+}
+
+// AcquireResponse answers acquire and renew. Acquired is false when another
+// holder has the lease (or, for renew, when the caller lost it); Holder and
+// FencingToken then describe the current state.
+type AcquireResponse struct {
+	Acquired     bool      `json:"acquired"`
+	Holder       string    `json:"holder"`
+	FencingToken int32     `json:"fencingToken"`
+	AcquiredAt   time.Time `json:"acquiredAt,omitzero"`
+	RenewedAt    time.Time `json:"renewedAt,omitzero"`
+	ExpiresAt    time.Time `json:"expiresAt,omitzero"`
+}
+
+// Lease is the record answered by GET and list. Holder is empty when the lease
+// is free; FencingToken is the last token granted and never goes back.
+type Lease struct {
+	Namespace    string    `json:"namespace"`
+	Name         string    `json:"name"`
+	Holder       string    `json:"holder"`
+	FencingToken int32     `json:"fencingToken"`
+	TTLSeconds   int32     `json:"ttlSeconds,omitempty"`
+	AcquiredAt   time.Time `json:"acquiredAt,omitzero"`
+	RenewedAt    time.Time `json:"renewedAt,omitzero"`
+	ExpiresAt    time.Time `json:"expiresAt,omitzero"`
+}
+
+// LeaseList answers GET /v1alpha1/leases. Continue is empty on the last page.
+type LeaseList struct {
+	Items    []Lease `json:"items"`
+	Continue string  `json:"continue"`
+}
+
+// ClusterRegistration is the body of PUT /v1alpha1/clusters/{id}: an agent
+// registering its cluster, and afterwards its heartbeat.
+type ClusterRegistration struct {
+	Fingerprint  string            `json:"fingerprint"`
+	AgentVersion string            `json:"agentVersion"`
+	Labels       map[string]string `json:"labels,omitempty"`
+}
+
+// ClusterRegistrationResponse answers a registration or heartbeat.
+type ClusterRegistrationResponse struct {
+	ID       string    `json:"id"`
+	Cordoned bool      `json:"cordoned"`
+	LastSeen time.Time `json:"lastSeen"`
+}
+
+// Cluster is one member of the fleet as GET /v1alpha1/clusters reports it.
+type Cluster struct {
+	ID           string            `json:"id"`
+	Fingerprint  string            `json:"fingerprint"`
+	AgentVersion string            `json:"agentVersion,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	LastSeen     time.Time         `json:"lastSeen"`
+	Healthy      bool              `json:"healthy"`
+	Cordoned     bool              `json:"cordoned"`
+	LeasesHeld   int               `json:"leasesHeld"`
+}
+
+// ClusterList answers GET /v1alpha1/clusters.
+type ClusterList struct {
+	Items []Cluster `json:"items"`
+}
+
+// Error is the body of every error answer. RequestID is set on internal errors
+// so that an operator can find the detail in the server log.
+type Error struct {
+	Error     string `json:"error"`
+	RequestID string `json:"requestId,omitempty"`
+}
+
+// RequestIDHeader carries the request id on every answer.
+const RequestIDHeader = "X-Request-Id"
