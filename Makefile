@@ -11,10 +11,9 @@ export KUBEBUILDER_ASSETS := $(K8S_BIN)
 # Fuzz targets run briefly by `make test`; `make fuzz FUZZTIME=5m` runs them longer.
 FUZZTIME ?= 10s
 FUZZ_TARGETS := \
-	./leaseapi:FuzzDecodeAcquireRequest \
-	./leaseapi:FuzzDecodeRenewRequest \
-	./leaseapi:FuzzValidateKey \
-	./leaseapi/store:FuzzDecide
+	./leaseapi:FuzzDecode \
+	./leaseapi:FuzzParseKey \
+	./leaseapi/lease:FuzzMachine
 
 .DEFAULT_GOAL := help
 

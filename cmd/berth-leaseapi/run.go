@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/berthfleet/berth/leaseapi/lease"
+	"github.com/berthfleet/berth/leaseapi/server"
+	"github.com/berthfleet/berth/leaseapi/store"
+	"github.com/berthfleet/berth/leaseapi/store/sqlite"
+)
+
+// shutdownTimeout bounds how long in-flight requests may take to finish.
+const shutdownTimeout = 30 * time.Second
+
+func run(ctx context.Context, o options, log logr.Logger) error {
+	tlsConfig, err := o.tlsConfig()
+	if err != nil {
+		return err
+	}
+	var tokens *server.TokenFile
+	if o.tokenFile != "" {
+		if tokens, err = server.LoadTokenFile(o.tokenFile); err != nil {
+			return err
+		}
+	}
+	auth := server.NewAuthenticator(tokens, o.clientCAFile != "", o.admins())
+	if err := checkExposure(o.listen, tlsConfig != nil, auth.Enabled()); err != nil {
+		return err
+	}
+
+	backend, err := openStore(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := backend.Close(); err != nil {
+			log.Error(err, "close store")
+		}
+	}()
+
+	metrics := server.NewMetrics()
+	st := metrics.InstrumentStore(backend)
+	svc := lease.NewService(st, lease.Options{})
+	graced, err := svc.GrantGrace(ctx)
+	if err != nil {
+		return fmt.Errorf("grant restart grace: %w", err)
+	}
+	log.Info("restart grace granted", "leases", graced)
+
+	srv := server.New(server.Config{Service: svc, Store: st, Auth: auth, Metrics: metrics, Log: log})
+	apiLn, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.listen, err)
+	}
+	api := &http.Server{Handler: srv.Handler(), TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		log.Info("serving lease API", "address", apiLn.Addr().String(), "tls", tlsConfig != nil, "authentication", auth.Enabled(), "store", o.store)
+		var err error
+		if tlsConfig != nil {
+			err = api.ServeTLS(apiLn, o.tlsCertFile, o.tlsKeyFile)
+		} else {
+			err = api.Serve(apiLn)
+		}
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("serve lease API: %w", err)
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		log.Info("shutting down: finishing in-flight requests")
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		return api.Shutdown(sctx)
+	})
+	if o.metricsListen != "" {
+		if err := serveMetrics(ctx, g, o.metricsListen, metrics, log); err != nil {
+			return err
+		}
+	}
+	g.Go(func() error {
+		srv.RunSweeper(ctx)
+		return nil
+	})
+	if tokens != nil {
+		g.Go(func() error {
+			reloadOnHangup(ctx, tokens, log)
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func openStore(ctx context.Context, o options) (store.Store, error) {
+	switch o.store {
+	case "sqlite":
+		return sqlite.Open(ctx, o.sqlitePath)
+	default:
+		return nil, usageError("--store %q is not supported (supported: sqlite)", o.store)
+	}
+}
+
+func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, m *server.Metrics, log logr.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s for metrics: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	g.Go(func() error {
+		log.Info("serving metrics", "address", ln.Addr().String())
+		if err := ms.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve metrics: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		return ms.Shutdown(sctx)
+	})
+	return nil
+}
+
+func reloadOnHangup(ctx context.Context, tokens *server.TokenFile, log logr.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if err := tokens.Reload(); err != nil {
+				log.Error(err, "reload token file; keeping the previous tokens")
+				continue
+			}
+			log.Info("token file reloaded", "tokens", tokens.Len())
+		}
+	}
+}
+
+// checkExposure refuses to serve beyond loopback without both TLS and
+// authentication: plain HTTP or anonymous access must never leave the host.
+func checkExposure(listen string, tlsOn, authOn bool) error {
+	if tlsOn && authOn {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return usageError("--listen %q: %v", listen, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return usageError("--listen %s is not a loopback address: serving beyond this host needs TLS (--tls-cert-file, --tls-key-file) and authentication (--token-file or --client-ca-file)", listen)
+}
+
+func (o *options) tlsConfig() (*tls.Config, error) {
+	switch {
+	case o.tlsCertFile == "" && o.tlsKeyFile == "":
+		if o.clientCAFile != "" {
+			return nil, usageError("--client-ca-file needs --tls-cert-file and --tls-key-file")
+		}
+		return nil, nil
+	case o.tlsCertFile == "" || o.tlsKeyFile == "":
+		return nil, usageError("--tls-cert-file and --tls-key-file go together")
+	}
+	if _, err := tls.LoadX509KeyPair(o.tlsCertFile, o.tlsKeyFile); err != nil {
+		return nil, fmt.Errorf("load serving certificate: %w", err)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.clientCAFile != "" {
+		pem, err := os.ReadFile(o.clientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("client CA %s holds no PEM certificate", o.clientCAFile)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		if o.tokenFile != "" {
+			cfg.ClientAuth = tls.VerifyClientCertIfGiven
+		}
+	}
+	return cfg, nil
+}

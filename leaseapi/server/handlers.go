@@ -1,0 +1,250 @@
+package server
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/berthfleet/berth/leaseapi"
+	"github.com/berthfleet/berth/leaseapi/lease"
+	"github.com/berthfleet/berth/leaseapi/store"
+)
+
+// List page sizes.
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+)
+
+func (s *Server) acquire(w http.ResponseWriter, r *http.Request, p Principal) error {
+	key, err := keyOf(r)
+	if err != nil {
+		return err
+	}
+	var req leaseapi.AcquireRequest
+	if err := decodeValid(r, &req); err != nil {
+		return err
+	}
+	if !p.mayHold(req.Holder) {
+		return forbiddenHolder(p, req.Holder)
+	}
+	d, err := s.Service.Acquire(r.Context(), key, req.Holder, seconds(req.TTLSeconds))
+	if err != nil {
+		return err
+	}
+	s.Metrics.observeDecision(d)
+	writeJSON(w, http.StatusOK, acquireResponse(d))
+	return nil
+}
+
+func (s *Server) renew(w http.ResponseWriter, r *http.Request, p Principal) error {
+	key, err := keyOf(r)
+	if err != nil {
+		return err
+	}
+	var req leaseapi.RenewRequest
+	if err := decodeValid(r, &req); err != nil {
+		return err
+	}
+	if !p.mayHold(req.Holder) {
+		return forbiddenHolder(p, req.Holder)
+	}
+	d, err := s.Service.Renew(r.Context(), key, req.Holder, req.FencingToken, seconds(req.TTLSeconds))
+	if err != nil {
+		return err
+	}
+	s.Metrics.observeDecision(d)
+	writeJSON(w, http.StatusOK, acquireResponse(d))
+	return nil
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request, p Principal) error {
+	key, err := keyOf(r)
+	if err != nil {
+		return err
+	}
+	var req leaseapi.ReleaseRequest
+	if err := decodeValid(r, &req); err != nil {
+		return err
+	}
+	if !p.Admin && !p.mayHold(req.Holder) {
+		return forbiddenHolder(p, req.Holder)
+	}
+	d, err := s.Service.Release(r.Context(), key, req.Holder, req.FencingToken)
+	if err != nil {
+		return err
+	}
+	s.Metrics.observeDecision(d)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) getLease(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	key, err := keyOf(r)
+	if err != nil {
+		return err
+	}
+	l, err := s.Service.Get(r.Context(), key)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wireLease(l))
+	return nil
+}
+
+func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	opts, err := listOptions(r)
+	if err != nil {
+		return err
+	}
+	leases, more, err := s.Service.List(r.Context(), opts)
+	if err != nil {
+		return err
+	}
+	out := leaseapi.LeaseList{Items: make([]leaseapi.Lease, 0, len(leases))}
+	for _, l := range leases {
+		out.Items = append(out.Items, wireLease(l))
+	}
+	if more && len(leases) > 0 {
+		last := leases[len(leases)-1]
+		out.Continue = base64.RawURLEncoding.EncodeToString([]byte(leaseapi.Key{Namespace: last.Namespace, Name: last.Name}.String()))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) registerCluster(w http.ResponseWriter, r *http.Request, p Principal) error {
+	id := r.PathValue("id")
+	if err := leaseapi.ValidateClusterID(id); err != nil {
+		return err
+	}
+	var req leaseapi.ClusterRegistration
+	if err := decodeValid(r, &req); err != nil {
+		return err
+	}
+	if !p.mayHold(id) {
+		return fmt.Errorf("%w: subject %q may not register cluster %q", errForbidden, p.Subject, id)
+	}
+	c, err := s.Service.RegisterCluster(r.Context(), id, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, leaseapi.ClusterRegistrationResponse{ID: c.ID, Cordoned: c.Cordoned, LastSeen: c.LastSeen})
+	return nil
+}
+
+func (s *Server) listClusters(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	statuses, err := s.Service.Clusters(r.Context())
+	if err != nil {
+		return err
+	}
+	out := leaseapi.ClusterList{Items: make([]leaseapi.Cluster, 0, len(statuses))}
+	for _, c := range statuses {
+		out.Items = append(out.Items, leaseapi.Cluster{
+			ID: c.ID, Fingerprint: c.Fingerprint, AgentVersion: c.AgentVersion, Labels: c.Labels,
+			LastSeen: c.LastSeen, Healthy: c.Healthy, Cordoned: c.Cordoned, LeasesHeld: c.LeasesHeld,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) cordon(cordoned bool) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		id := r.PathValue("id")
+		if err := leaseapi.ValidateClusterID(id); err != nil {
+			return err
+		}
+		if !p.Admin {
+			return fmt.Errorf("%w: subject %q is not an administrator", errForbidden, p.Subject)
+		}
+		c, err := s.Service.SetCordoned(r.Context(), id, cordoned)
+		if err != nil {
+			return err
+		}
+		s.Log.Info("cluster cordon changed", "cluster", id, "cordoned", c.Cordoned, "subject", p.Subject)
+		writeJSON(w, http.StatusOK, leaseapi.ClusterRegistrationResponse{ID: c.ID, Cordoned: c.Cordoned, LastSeen: c.LastSeen})
+		return nil
+	}
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request, _ Principal) error {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	if err := s.Store.Ping(r.Context()); err != nil {
+		s.Log.Error(err, "readiness probe failed")
+		writeJSON(w, http.StatusServiceUnavailable, leaseapi.Error{Error: "store unavailable"})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+func keyOf(r *http.Request) (leaseapi.Key, error) {
+	k := leaseapi.Key{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
+	return k, k.Validate()
+}
+
+// validator is a request body that checks itself.
+type validator interface{ Validate() error }
+
+func decodeValid(r *http.Request, v validator) error {
+	if err := leaseapi.Decode(r.Body, v); err != nil {
+		return err
+	}
+	return v.Validate()
+}
+
+func listOptions(r *http.Request) (store.ListOptions, error) {
+	q := r.URL.Query()
+	opts := store.ListOptions{Namespace: q.Get("namespace"), Limit: defaultListLimit}
+	if opts.Namespace != "" {
+		if err := (leaseapi.Key{Namespace: opts.Namespace, Name: "x"}).Validate(); err != nil {
+			return opts, err
+		}
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxListLimit {
+			return opts, &leaseapi.FieldError{Field: "limit", Reason: fmt.Sprintf("must be an integer between 1 and %d", maxListLimit)}
+		}
+		opts.Limit = n
+	}
+	if c := q.Get("continue"); c != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(c)
+		if err == nil {
+			_, err = leaseapi.ParseKey(string(raw))
+		}
+		if err != nil {
+			return opts, &leaseapi.FieldError{Field: "continue", Reason: "is not a token this server issued"}
+		}
+		opts.After = string(raw)
+	}
+	return opts, nil
+}
+
+func forbiddenHolder(p Principal, holder string) error {
+	return fmt.Errorf("%w: subject %q may not act as holder %q (only %q or %q)", errForbidden, p.Subject, holder, p.Subject, p.Subject+"/...")
+}
+
+func seconds(n int32) time.Duration { return time.Duration(n) * time.Second }
+
+func acquireResponse(d lease.Decision) leaseapi.AcquireResponse {
+	l := d.Next
+	return leaseapi.AcquireResponse{
+		Acquired: d.Held(), Holder: l.Holder, FencingToken: l.FencingToken,
+		AcquiredAt: l.AcquiredAt, RenewedAt: l.RenewedAt, ExpiresAt: l.ExpiresAt,
+	}
+}
+
+func wireLease(l store.Lease) leaseapi.Lease {
+	return leaseapi.Lease{
+		Namespace: l.Namespace, Name: l.Name, Holder: l.Holder, FencingToken: l.FencingToken,
+		TTLSeconds: int32(l.TTL / time.Second), AcquiredAt: l.AcquiredAt, RenewedAt: l.RenewedAt, ExpiresAt: l.ExpiresAt,
+	}
+}
