@@ -1,0 +1,351 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/berthfleet/berth/leaseapi"
+)
+
+// Defaults of Config.
+const (
+	DefaultTimeout      = 10 * time.Second
+	DefaultRetryMax     = 4
+	DefaultRetryWaitMin = 50 * time.Millisecond
+	DefaultRetryWaitMax = 2 * time.Second
+)
+
+// AcquireResult answers Acquire and Renew: whether the caller holds the lease
+// and, either way, who does and with which token.
+type AcquireResult = leaseapi.AcquireResponse
+
+// Config configures a Client.
+type Config struct {
+	// URL is the API's base URL, e.g. https://berth-leaseapi.berth-system:8443.
+	URL string
+	// Token is a static bearer token; TokenFile, re-read when it changes,
+	// is preferred for anything long-running.
+	Token     string
+	TokenFile string
+	// CAFile verifies the server's certificate instead of the system roots.
+	CAFile string
+	// ClientCertFile and ClientKeyFile present a client certificate.
+	ClientCertFile, ClientKeyFile string
+	// Timeout bounds a call whose context has no deadline.
+	Timeout time.Duration
+	// RetryMax is how many times a call is retried; negative means never.
+	RetryMax                   int
+	RetryWaitMin, RetryWaitMax time.Duration
+	// MaxConnsPerHost bounds the connection pool (default 100).
+	MaxConnsPerHost int
+	Log             logr.Logger
+}
+
+// Client calls the lease API.
+type Client struct {
+	base    string // URL without a trailing slash
+	http    *retryablehttp.Client
+	token   string
+	file    *tokenFile
+	timeout time.Duration
+}
+
+// New returns a client for cfg.
+func New(cfg Config) (*Client, error) {
+	base, err := url.Parse(cfg.URL)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("lease API URL %q: want http(s)://host[:port]", cfg.URL)
+	}
+	transport, err := newTransport(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rc := retryablehttp.NewClient()
+	rc.HTTPClient = &http.Client{Transport: transport}
+	rc.Logger = nil
+	rc.RetryMax = orDefault(cfg.RetryMax, DefaultRetryMax)
+	if cfg.RetryMax < 0 {
+		rc.RetryMax = 0
+	}
+	rc.RetryWaitMin = orDefault(cfg.RetryWaitMin, DefaultRetryWaitMin)
+	rc.RetryWaitMax = orDefault(cfg.RetryWaitMax, DefaultRetryWaitMax)
+	rc.Backoff = jitteredBackoff
+	rc.CheckRetry = retryablehttp.DefaultRetryPolicy
+	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	log := cfg.Log
+	rc.RequestLogHook = func(_ retryablehttp.Logger, r *http.Request, attempt int) {
+		if attempt > 0 {
+			log.V(1).Info("retrying lease API call", "method", r.Method, "path", r.URL.Path, "attempt", attempt)
+		}
+	}
+	c := &Client{base: strings.TrimSuffix(base.String(), "/"), http: rc, token: cfg.Token, timeout: orDefault(cfg.Timeout, DefaultTimeout)}
+	if cfg.TokenFile != "" {
+		c.file = &tokenFile{path: cfg.TokenFile}
+		if _, err := c.file.get(); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func newTransport(cfg Config) (*http.Transport, error) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 0
+	t.MaxIdleConnsPerHost = orDefault(cfg.MaxConnsPerHost, 100)
+	if cfg.CAFile == "" && cfg.ClientCertFile == "" {
+		return t, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read CA file: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA file %s holds no PEM certificate", cfg.CAFile)
+		}
+	}
+	if cfg.ClientCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.ClientCertFile, cfg.ClientKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	t.TLSClientConfig = tc
+	return t, nil
+}
+
+// jitteredBackoff is exponential backoff with full jitter, honouring a
+// server's Retry-After on 429 and 503.
+func jitteredBackoff(minWait, maxWait time.Duration, attempt int, resp *http.Response) time.Duration {
+	if resp != nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+			return min(time.Duration(s)*time.Second, maxWait)
+		}
+	}
+	ceiling := min(minWait<<min(attempt, 30), maxWait)
+	return minWait/2 + rand.N(ceiling-minWait/2+1)
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Acquire takes the lease namespace/name for holder for ttl, or renews it if
+// holder already has it. Result.Acquired is false when another holder has it.
+func (c *Client) Acquire(ctx context.Context, namespace, name, holder string, ttl time.Duration) (AcquireResult, error) {
+	var out AcquireResult
+	err := c.do(ctx, http.MethodPost, leasePath(namespace, name)+"/acquire",
+		leaseapi.AcquireRequest{Holder: holder, TTLSeconds: ttlSeconds(ttl)}, &out)
+	if err != nil {
+		return AcquireResult{}, fmt.Errorf("acquire lease %s/%s: %w", namespace, name, err)
+	}
+	return out, nil
+}
+
+// Renew extends holder's term of the lease it holds with fencingToken.
+// Result.Acquired is false when the lease was lost; Holder then names the
+// current holder (empty if none).
+func (c *Client) Renew(ctx context.Context, namespace, name, holder string, fencingToken int32, ttl time.Duration) (AcquireResult, error) {
+	var out AcquireResult
+	err := c.do(ctx, http.MethodPost, leasePath(namespace, name)+"/renew",
+		leaseapi.RenewRequest{Holder: holder, FencingToken: fencingToken, TTLSeconds: ttlSeconds(ttl)}, &out)
+	if err != nil {
+		return AcquireResult{}, fmt.Errorf("renew lease %s/%s: %w", namespace, name, err)
+	}
+	return out, nil
+}
+
+// Release gives the lease up. Releasing a free lease succeeds; releasing a
+// lease held by another holder or token is ErrConflict.
+func (c *Client) Release(ctx context.Context, namespace, name, holder string, fencingToken int32) error {
+	err := c.do(ctx, http.MethodPost, leasePath(namespace, name)+"/release",
+		leaseapi.ReleaseRequest{Holder: holder, FencingToken: fencingToken}, nil)
+	if err != nil {
+		return fmt.Errorf("release lease %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// GetLease returns one lease; ErrNotFound if it was never acquired.
+func (c *Client) GetLease(ctx context.Context, namespace, name string) (leaseapi.Lease, error) {
+	var out leaseapi.Lease
+	if err := c.do(ctx, http.MethodGet, leasePath(namespace, name), nil, &out); err != nil {
+		return leaseapi.Lease{}, fmt.Errorf("get lease %s/%s: %w", namespace, name, err)
+	}
+	return out, nil
+}
+
+// ListOptions selects a page of leases.
+type ListOptions struct {
+	Namespace string
+	Limit     int
+	Continue  string
+}
+
+// ListLeases returns one page of leases; pass its Continue to get the next.
+func (c *Client) ListLeases(ctx context.Context, opts ListOptions) (leaseapi.LeaseList, error) {
+	q := url.Values{}
+	if opts.Namespace != "" {
+		q.Set("namespace", opts.Namespace)
+	}
+	if opts.Limit > 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.Continue != "" {
+		q.Set("continue", opts.Continue)
+	}
+	path := "/v1alpha1/leases"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out leaseapi.LeaseList
+	if err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return leaseapi.LeaseList{}, fmt.Errorf("list leases: %w", err)
+	}
+	return out, nil
+}
+
+// RegisterCluster registers cluster id, or heartbeats an existing
+// registration. ErrConflict means another live cluster holds the id.
+func (c *Client) RegisterCluster(ctx context.Context, id string, reg leaseapi.ClusterRegistration) (leaseapi.ClusterRegistrationResponse, error) {
+	var out leaseapi.ClusterRegistrationResponse
+	if err := c.do(ctx, http.MethodPut, "/v1alpha1/clusters/"+url.PathEscape(id), reg, &out); err != nil {
+		return out, fmt.Errorf("register cluster %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// ListClusters returns every registered cluster.
+func (c *Client) ListClusters(ctx context.Context) ([]leaseapi.Cluster, error) {
+	var out leaseapi.ClusterList
+	if err := c.do(ctx, http.MethodGet, "/v1alpha1/clusters", nil, &out); err != nil {
+		return nil, fmt.Errorf("list clusters: %w", err)
+	}
+	return out.Items, nil
+}
+
+// Cordon marks a cluster so that it hands over its leases and takes no more.
+func (c *Client) Cordon(ctx context.Context, id string) (leaseapi.ClusterRegistrationResponse, error) {
+	return c.setCordon(ctx, id, "cordon")
+}
+
+// Uncordon lets a cordoned cluster take leases again.
+func (c *Client) Uncordon(ctx context.Context, id string) (leaseapi.ClusterRegistrationResponse, error) {
+	return c.setCordon(ctx, id, "uncordon")
+}
+
+func (c *Client) setCordon(ctx context.Context, id, verb string) (leaseapi.ClusterRegistrationResponse, error) {
+	var out leaseapi.ClusterRegistrationResponse
+	if err := c.do(ctx, http.MethodPost, "/v1alpha1/clusters/"+url.PathEscape(id)+"/"+verb, nil, &out); err != nil {
+		return out, fmt.Errorf("%s cluster %s: %w", verb, id, err)
+	}
+	return out, nil
+}
+
+// Ready checks the server's readiness (its store answers).
+func (c *Client) Ready(ctx context.Context) error {
+	var out map[string]string
+	if err := c.do(ctx, http.MethodGet, "/readyz", nil, &out); err != nil {
+		return fmt.Errorf("lease API readiness: %w", err)
+	}
+	return nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+	}
+	req, err := retryablehttp.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if err := c.authorize(req); err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("read answer: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		return apiError(resp, data)
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	return nil
+}
+
+func (c *Client) authorize(req *retryablehttp.Request) error {
+	token := c.token
+	if c.file != nil {
+		var err error
+		if token, err = c.file.get(); err != nil {
+			return err
+		}
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return nil
+}
+
+func apiError(resp *http.Response, data []byte) error {
+	e := &APIError{StatusCode: resp.StatusCode, RequestID: resp.Header.Get(leaseapi.RequestIDHeader)}
+	var body leaseapi.Error
+	if json.Unmarshal(data, &body) == nil && body.Error != "" {
+		e.Message = body.Error
+	} else {
+		e.Message = http.StatusText(resp.StatusCode)
+	}
+	return e
+}
+
+func leasePath(namespace, name string) string {
+	return "/v1alpha1/namespaces/" + url.PathEscape(namespace) + "/leases/" + url.PathEscape(name)
+}
+
+func ttlSeconds(ttl time.Duration) int32 {
+	return int32((ttl + time.Second - 1) / time.Second)
+}
