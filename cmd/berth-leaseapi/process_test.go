@@ -1,0 +1,287 @@
+package main_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berthfleet/berth/leaseapi/client"
+)
+
+// binary is the berth-leaseapi built once for the process tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "berth-leaseapi-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "berth-leaseapi")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build berth-leaseapi: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// process is a running berth-leaseapi.
+type process struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+// start runs berth-leaseapi with args and waits until it serves.
+func start(t *testing.T, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", ""}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd}
+	t.Cleanup(func() { p.kill() })
+
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var line struct {
+				Msg     string `json:"msg"`
+				Address string `json:"address"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving lease API" {
+				addr <- line.Address
+			}
+			if strings.Contains(sc.Text(), `"level":"ERROR"`) {
+				t.Logf("berth-leaseapi: %s", sc.Text())
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+	}()
+	select {
+	case p.addr = <-addr:
+	case <-time.After(30 * time.Second):
+		t.Fatal("berth-leaseapi did not start serving within 30s")
+	}
+	return p
+}
+
+func (p *process) kill() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+}
+
+func (p *process) client(t *testing.T) *client.Client {
+	c, err := client.New(client.Config{URL: "http://" + p.addr, RetryMax: -1, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// grant is an acquisition the server acknowledged.
+type grant struct {
+	holder string
+	token  int32
+}
+
+// TestKillNineLosesNoAcknowledgedWrite holds leases under load, kills the
+// server with SIGKILL mid-load, restarts it on the same file, and checks that
+// every acknowledged acquisition survived, no token is reused, and holders
+// keep their leases through the restart.
+func TestKillNineLosesNoAcknowledgedWrite(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "leases.db")
+	const (
+		ownHolders = 40 // each holds a lease of its own and renews it
+		contended  = 8  // leases that several holders take in turn
+		ttl        = time.Minute
+	)
+	p := start(t, "--sqlite-path", db)
+	c := p.client(t)
+
+	var (
+		mu        sync.Mutex
+		own       = map[string]grant{} // lease name -> last acknowledged grant
+		maxTokens = map[string]int32{} // contended lease -> highest acknowledged token
+		wg        sync.WaitGroup
+		stop      = make(chan struct{})
+	)
+	for i := range ownHolders {
+		wg.Go(func() {
+			name, holder := fmt.Sprintf("own-%02d", i), fmt.Sprintf("holder-%02d", i)
+			var token int32
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var (
+					res client.AcquireResult
+					err error
+				)
+				if token == 0 {
+					res, err = c.Acquire(t.Context(), "load", name, holder, ttl)
+				} else {
+					res, err = c.Renew(t.Context(), "load", name, holder, token, ttl)
+				}
+				if err != nil {
+					return // the server is gone
+				}
+				if !res.Acquired {
+					t.Errorf("%s lost its own lease %s to %q", holder, name, res.Holder)
+					return
+				}
+				token = res.FencingToken
+				mu.Lock()
+				own[name] = grant{holder: holder, token: token}
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range contended * 3 {
+		wg.Go(func() {
+			name, holder := fmt.Sprintf("shared-%d", i%contended), fmt.Sprintf("taker-%02d", i)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := c.Acquire(t.Context(), "load", name, holder, ttl)
+				if err != nil {
+					return
+				}
+				if !res.Acquired {
+					continue
+				}
+				mu.Lock()
+				maxTokens[name] = max(maxTokens[name], res.FencingToken)
+				mu.Unlock()
+				if err := c.Release(t.Context(), "load", name, holder, res.FencingToken); err != nil {
+					return
+				}
+			}
+		})
+	}
+
+	time.Sleep(1500 * time.Millisecond)
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	grants := 0
+	for _, m := range maxTokens {
+		grants += int(m)
+	}
+	t.Logf("before kill -9: %d own leases held, %d contended grants acknowledged", len(own), grants)
+	if len(own) < ownHolders || grants < contended {
+		t.Fatalf("load too light to prove anything: %d own leases, %d contended grants", len(own), grants)
+	}
+
+	p = start(t, "--sqlite-path", db)
+	c = p.client(t)
+	for name, g := range own {
+		got, err := c.GetLease(t.Context(), "load", name)
+		if err != nil {
+			t.Fatalf("get %s after restart: %v", name, err)
+		}
+		if got.Holder != g.holder || got.FencingToken != g.token {
+			t.Errorf("%s after restart: holder %q token %d, want %q token %d (acknowledged before the kill)", name, got.Holder, got.FencingToken, g.holder, g.token)
+		}
+		res, err := c.Renew(t.Context(), "load", name, g.holder, g.token, ttl)
+		if err != nil || !res.Acquired {
+			t.Errorf("holder %s renewing %s after restart: %+v, %v; want it kept", g.holder, name, res, err)
+		}
+	}
+	for name, acked := range maxTokens {
+		got, err := c.GetLease(t.Context(), "load", name)
+		if err != nil {
+			t.Fatalf("get %s after restart: %v", name, err)
+		}
+		if got.FencingToken < acked {
+			t.Errorf("%s after restart: token %d, but %d was acknowledged before the kill", name, got.FencingToken, acked)
+		}
+		if got.Holder != "" {
+			if err := c.Release(t.Context(), "load", name, got.Holder, got.FencingToken); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := c.Acquire(t.Context(), "load", name, "newcomer", ttl)
+		if err != nil || !res.Acquired {
+			t.Fatalf("acquire %s after restart: %+v, %v", name, res, err)
+		}
+		if res.FencingToken <= acked {
+			t.Errorf("%s: new token %d after restart reuses or goes below acknowledged %d", name, res.FencingToken, acked)
+		}
+	}
+}
+
+// TestSecondServerOnSameFileIsRefused runs two servers on one file.
+func TestSecondServerOnSameFileIsRefused(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "leases.db")
+	start(t, "--sqlite-path", db)
+	out, err := exec.Command(binary, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--sqlite-path", db).CombinedOutput()
+	if err == nil {
+		t.Fatal("second berth-leaseapi on the same file started")
+	}
+	if !strings.Contains(string(out), "in use by another process") {
+		t.Errorf("second server's error does not say why:\n%s", out)
+	}
+}
+
+// TestRefusesToExposePlainHTTP checks that without TLS and tokens the server
+// will not listen beyond loopback.
+func TestRefusesToExposePlainHTTP(t *testing.T) {
+	out, err := exec.Command(binary, "--listen", "0.0.0.0:0", "--metrics-listen", "", "--sqlite-path", filepath.Join(t.TempDir(), "x.db")).CombinedOutput()
+	if err == nil {
+		t.Fatal("server listened on 0.0.0.0 without TLS and authentication")
+	}
+	if !strings.Contains(string(out), "not a loopback address") {
+		t.Errorf("refusal does not say why:\n%s", out)
+	}
+}
+
+// TestGracefulShutdown sends SIGTERM and expects a clean exit with the store
+// closed (a new server can open the file at once).
+func TestGracefulShutdown(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "leases.db")
+	p := start(t, "--sqlite-path", db)
+	if _, err := p.client(t).Acquire(t.Context(), "ns", "a", "east", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+	p = start(t, "--sqlite-path", db)
+	got, err := p.client(t).GetLease(t.Context(), "ns", "a")
+	if err != nil || got.Holder != "east" {
+		t.Fatalf("lease after graceful restart: %+v, %v", got, err)
+	}
+}
