@@ -27,6 +27,8 @@ type Store struct {
 	path string
 	db   *sql.DB
 	lock *flock.Flock
+	// putLease and putCluster are the writer's prepared upserts.
+	putLease, putCluster *sql.Stmt
 
 	// mu guards the committed records; the writer takes it only to publish
 	// a committed batch.
@@ -112,6 +114,13 @@ func (s *Store) init(ctx context.Context) error {
 	}
 	if err := s.load(ctx); err != nil {
 		return fmt.Errorf("open %s: %w", s.path, err)
+	}
+	var err error
+	if s.putLease, err = s.db.PrepareContext(ctx, upsertLease); err != nil {
+		return fmt.Errorf("prepare lease upsert: %w", err)
+	}
+	if s.putCluster, err = s.db.PrepareContext(ctx, upsertCluster); err != nil {
+		return fmt.Errorf("prepare cluster upsert: %w", err)
 	}
 	return nil
 }

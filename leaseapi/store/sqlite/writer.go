@@ -141,10 +141,11 @@ func (s *Store) persist(writes []*write) (err error) {
 			err = errors.Join(err, tx.Rollback())
 		}
 	}()
+	putLease, putCluster := tx.StmtContext(ctx, s.putLease), tx.StmtContext(ctx, s.putCluster)
 	for _, w := range writes {
 		var res sql.Result
 		if l := w.lease; l != nil {
-			res, err = tx.ExecContext(ctx, upsertLease, l.Namespace, l.Name, l.Holder, l.FencingToken,
+			res, err = putLease.ExecContext(ctx, l.Namespace, l.Name, l.Holder, l.FencingToken,
 				l.TTL.Microseconds(), toMicros(l.AcquiredAt), toMicros(l.RenewedAt), toMicros(l.ExpiresAt), l.Version)
 		} else {
 			c := w.cluster
@@ -152,7 +153,7 @@ func (s *Store) persist(writes []*write) (err error) {
 			if jerr != nil {
 				return fmt.Errorf("encode labels of cluster %s: %w", c.ID, jerr)
 			}
-			res, err = tx.ExecContext(ctx, upsertCluster, c.ID, c.Fingerprint, c.AgentVersion, string(labels),
+			res, err = putCluster.ExecContext(ctx, c.ID, c.Fingerprint, c.AgentVersion, string(labels),
 				c.Cordoned, toMicros(c.RegisteredAt), toMicros(c.LastSeen), c.Version)
 		}
 		if err != nil {

@@ -1,0 +1,563 @@
+package lease
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/berthfleet/berth/leaseapi/store"
+)
+
+// t0 is the instant every table case is decided at, unless it says otherwise.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+const ttl = 10 * time.Second
+
+// neverSeen is the record the service hands the machine for a key the store
+// does not know: version zero, no holder, no token.
+func neverSeen() store.Lease { return store.Lease{Namespace: "ns", Name: "lease"} }
+
+// released is a record whose last term (token 3) was released.
+func released() store.Lease {
+	l := neverSeen()
+	l.FencingToken = 3
+	l.TTL = ttl
+	l.AcquiredAt = t0.Add(-time.Minute)
+	l.RenewedAt = t0.Add(-50 * time.Second)
+	l.ExpiresAt = t0.Add(-40 * time.Second)
+	l.Version = 7
+	return l
+}
+
+// heldBy is a record whose term with token 3 began at t0-5s and ends at expiresAt.
+func heldBy(holder string, expiresAt time.Time) store.Lease {
+	l := neverSeen()
+	l.Holder = holder
+	l.FencingToken = 3
+	l.TTL = ttl
+	l.AcquiredAt = t0.Add(-5 * time.Second)
+	l.RenewedAt = t0.Add(-5 * time.Second)
+	l.ExpiresAt = expiresAt
+	l.Version = 7
+	return l
+}
+
+func withToken(l store.Lease, token int32) store.Lease {
+	l.FencingToken = token
+	return l
+}
+
+// newTerm is cur granted to holder at now with token.
+func newTerm(cur store.Lease, holder string, token int32, ttl time.Duration, now time.Time) store.Lease {
+	cur.Holder = holder
+	cur.FencingToken = token
+	cur.TTL = ttl
+	cur.AcquiredAt = now
+	cur.RenewedAt = now
+	cur.ExpiresAt = now.Add(ttl)
+	return cur
+}
+
+// extended is cur's term extended at now by ttl, keeping token and AcquiredAt.
+func extended(cur store.Lease, ttl time.Duration, now time.Time) store.Lease {
+	cur.TTL = ttl
+	cur.RenewedAt = now
+	cur.ExpiresAt = now.Add(ttl)
+	return cur
+}
+
+func freed(cur store.Lease) store.Lease {
+	cur.Holder = ""
+	return cur
+}
+
+func TestDecideAcquire(t *testing.T) {
+	live := t0.Add(5 * time.Second)
+	cases := map[string]struct {
+		cur      store.Lease
+		holder   string
+		ttl      time.Duration
+		now      time.Time
+		want     Decision
+		wantErr  error
+		wantHeld bool
+	}{
+		"never seen: token 1": {
+			cur: neverSeen(), holder: "a", ttl: ttl, now: t0,
+			want:     Decision{Next: newTerm(neverSeen(), "a", 1, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			wantHeld: true,
+		},
+		"released: next token": {
+			cur: released(), holder: "a", ttl: ttl, now: t0,
+			want:     Decision{Next: newTerm(released(), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			wantHeld: true,
+		},
+		"held by self: renews and keeps token": {
+			cur: heldBy("a", live), holder: "a", ttl: 30 * time.Second, now: t0,
+			want:     Decision{Next: extended(heldBy("a", live), 30*time.Second, t0), Write: true, Outcome: OutcomeRenewed},
+			wantHeld: true,
+		},
+		"held by self one nanosecond before expiry: renews": {
+			cur: heldBy("a", t0.Add(time.Nanosecond)), holder: "a", ttl: ttl, now: t0,
+			want:     Decision{Next: extended(heldBy("a", t0.Add(time.Nanosecond)), ttl, t0), Write: true, Outcome: OutcomeRenewed},
+			wantHeld: true,
+		},
+		"held by self, expired exactly at the boundary: new term": {
+			cur: heldBy("a", t0), holder: "a", ttl: ttl, now: t0,
+			want:     Decision{Next: newTerm(heldBy("a", t0), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			wantHeld: true,
+		},
+		"held by other: left alone": {
+			cur: heldBy("b", live), holder: "a", ttl: ttl, now: t0,
+			want: Decision{Next: heldBy("b", live), Outcome: OutcomeHeldByOther},
+		},
+		"held by other one nanosecond before expiry: left alone": {
+			cur: heldBy("b", t0.Add(time.Nanosecond)), holder: "a", ttl: ttl, now: t0,
+			want: Decision{Next: heldBy("b", t0.Add(time.Nanosecond)), Outcome: OutcomeHeldByOther},
+		},
+		"held by other, expired exactly at the boundary: taken with next token": {
+			cur: heldBy("b", t0), holder: "a", ttl: ttl, now: t0,
+			want:     Decision{Next: newTerm(heldBy("b", t0), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			wantHeld: true,
+		},
+		"held by other, long expired and not swept: taken": {
+			cur: heldBy("b", t0.Add(-time.Hour)), holder: "a", ttl: ttl, now: t0,
+			want:     Decision{Next: newTerm(heldBy("b", t0.Add(-time.Hour)), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			wantHeld: true,
+		},
+		"holder that only shares a prefix is another holder": {
+			cur: heldBy("a/x", live), holder: "a", ttl: ttl, now: t0,
+			want: Decision{Next: heldBy("a/x", live), Outcome: OutcomeHeldByOther},
+		},
+		"free at one below the ceiling: granted the maximum": {
+			cur: withToken(released(), math.MaxInt32-1), holder: "a", ttl: ttl, now: t0,
+			want:     Decision{Next: newTerm(released(), "a", math.MaxInt32, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			wantHeld: true,
+		},
+		"free at the ceiling: refused, never wrapped": {
+			cur: withToken(released(), math.MaxInt32), holder: "a", ttl: ttl, now: t0,
+			want:    Decision{Next: withToken(released(), math.MaxInt32), Outcome: OutcomeConflict},
+			wantErr: ErrTokensExhausted,
+		},
+		"expired at the ceiling: refused": {
+			cur: withToken(heldBy("b", t0), math.MaxInt32), holder: "a", ttl: ttl, now: t0,
+			want:    Decision{Next: withToken(heldBy("b", t0), math.MaxInt32), Outcome: OutcomeConflict},
+			wantErr: ErrTokensExhausted,
+		},
+		"held by self at the ceiling: still renews": {
+			cur: withToken(heldBy("a", live), math.MaxInt32), holder: "a", ttl: ttl, now: t0,
+			want:     Decision{Next: extended(withToken(heldBy("a", live), math.MaxInt32), ttl, t0), Write: true, Outcome: OutcomeRenewed},
+			wantHeld: true,
+		},
+		"held by other at the ceiling: held by other, not exhausted": {
+			cur: withToken(heldBy("b", live), math.MaxInt32), holder: "a", ttl: ttl, now: t0,
+			want: Decision{Next: withToken(heldBy("b", live), math.MaxInt32), Outcome: OutcomeHeldByOther},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := DecideAcquire(tc.cur, tc.holder, tc.ttl, tc.now)
+			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
+				t.Fatalf("error = %v, want %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+			if got.Held() != tc.wantHeld {
+				t.Errorf("Held() = %v, want %v", got.Held(), tc.wantHeld)
+			}
+		})
+	}
+}
+
+func TestDecideRenew(t *testing.T) {
+	live := t0.Add(5 * time.Second)
+	cases := map[string]struct {
+		cur      store.Lease
+		holder   string
+		token    int32
+		ttl      time.Duration
+		want     Decision
+		wantHeld bool
+	}{
+		"holder with its token: extended, token kept": {
+			cur: heldBy("a", live), holder: "a", token: 3, ttl: 20 * time.Second,
+			want:     Decision{Next: extended(heldBy("a", live), 20*time.Second, t0), Write: true, Outcome: OutcomeRenewed},
+			wantHeld: true,
+		},
+		"one nanosecond before expiry: extended": {
+			cur: heldBy("a", t0.Add(time.Nanosecond)), holder: "a", token: 3, ttl: ttl,
+			want:     Decision{Next: extended(heldBy("a", t0.Add(time.Nanosecond)), ttl, t0), Write: true, Outcome: OutcomeRenewed},
+			wantHeld: true,
+		},
+		"expired exactly at the boundary: lost, shown free": {
+			cur: heldBy("a", t0), holder: "a", token: 3, ttl: ttl,
+			want: Decision{Next: freed(heldBy("a", t0)), Outcome: OutcomeLost},
+		},
+		"long expired: lost, shown free with token kept": {
+			cur: heldBy("a", t0.Add(-time.Hour)), holder: "a", token: 3, ttl: ttl,
+			want: Decision{Next: freed(heldBy("a", t0.Add(-time.Hour))), Outcome: OutcomeLost},
+		},
+		"mismatched token (an older term): lost": {
+			cur: heldBy("a", live), holder: "a", token: 2, ttl: ttl,
+			want: Decision{Next: heldBy("a", live), Outcome: OutcomeLost},
+		},
+		"token from the future: lost": {
+			cur: heldBy("a", live), holder: "a", token: 4, ttl: ttl,
+			want: Decision{Next: heldBy("a", live), Outcome: OutcomeLost},
+		},
+		"held by other: lost, shows the current holder": {
+			cur: heldBy("b", live), holder: "a", token: 3, ttl: ttl,
+			want: Decision{Next: heldBy("b", live), Outcome: OutcomeLost},
+		},
+		"released: lost": {
+			cur: released(), holder: "a", token: 3, ttl: ttl,
+			want: Decision{Next: released(), Outcome: OutcomeLost},
+		},
+		"never seen: lost": {
+			cur: neverSeen(), holder: "a", token: 1, ttl: ttl,
+			want: Decision{Next: neverSeen(), Outcome: OutcomeLost},
+		},
+		"at the ceiling: extended": {
+			cur: withToken(heldBy("a", live), math.MaxInt32), holder: "a", token: math.MaxInt32, ttl: ttl,
+			want:     Decision{Next: extended(withToken(heldBy("a", live), math.MaxInt32), ttl, t0), Write: true, Outcome: OutcomeRenewed},
+			wantHeld: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := DecideRenew(tc.cur, tc.holder, tc.token, tc.ttl, t0)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+			if got.Held() != tc.wantHeld {
+				t.Errorf("Held() = %v, want %v", got.Held(), tc.wantHeld)
+			}
+		})
+	}
+}
+
+func TestDecideRelease(t *testing.T) {
+	live := t0.Add(5 * time.Second)
+	cases := map[string]struct {
+		cur     store.Lease
+		holder  string
+		token   int32
+		want    Decision
+		wantErr error
+	}{
+		"never seen: released without a write": {
+			cur: neverSeen(), holder: "a", token: 1,
+			want: Decision{Next: neverSeen(), Outcome: OutcomeReleased},
+		},
+		"already released: released without a write": {
+			cur: released(), holder: "a", token: 3,
+			want: Decision{Next: released(), Outcome: OutcomeReleased},
+		},
+		"own live term: freed, token kept": {
+			cur: heldBy("a", live), holder: "a", token: 3,
+			want: Decision{Next: freed(heldBy("a", live)), Write: true, Outcome: OutcomeReleased},
+		},
+		"own term expired but not swept: freed": {
+			cur: heldBy("a", t0.Add(-time.Hour)), holder: "a", token: 3,
+			want: Decision{Next: freed(heldBy("a", t0.Add(-time.Hour))), Write: true, Outcome: OutcomeReleased},
+		},
+		"own term at the ceiling: freed, token kept": {
+			cur: withToken(heldBy("a", live), math.MaxInt32), holder: "a", token: math.MaxInt32,
+			want: Decision{Next: freed(withToken(heldBy("a", live), math.MaxInt32)), Write: true, Outcome: OutcomeReleased},
+		},
+		"mismatched token: not holder": {
+			cur: heldBy("a", live), holder: "a", token: 2,
+			want:    Decision{Next: heldBy("a", live), Outcome: OutcomeConflict},
+			wantErr: ErrNotHolder,
+		},
+		"held by other: not holder": {
+			cur: heldBy("b", live), holder: "a", token: 3,
+			want:    Decision{Next: heldBy("b", live), Outcome: OutcomeConflict},
+			wantErr: ErrNotHolder,
+		},
+		"prefix of the holder: not holder": {
+			cur: heldBy("a/x", live), holder: "a", token: 3,
+			want:    Decision{Next: heldBy("a/x", live), Outcome: OutcomeConflict},
+			wantErr: ErrNotHolder,
+		},
+		"held by other, expired but not swept: not holder": {
+			cur: heldBy("b", t0.Add(-time.Hour)), holder: "a", token: 3,
+			want:    Decision{Next: heldBy("b", t0.Add(-time.Hour)), Outcome: OutcomeConflict},
+			wantErr: ErrNotHolder,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := DecideRelease(tc.cur, tc.holder, tc.token)
+			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
+				t.Fatalf("error = %v, want %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+			if got.Held() {
+				t.Errorf("Held() = true after a release")
+			}
+		})
+	}
+}
+
+func TestDecideExpire(t *testing.T) {
+	cases := map[string]struct {
+		cur  store.Lease
+		want Decision
+	}{
+		"never seen: left alone": {
+			cur:  neverSeen(),
+			want: Decision{Next: neverSeen()},
+		},
+		"released: left alone": {
+			cur:  released(),
+			want: Decision{Next: released()},
+		},
+		"live: left alone": {
+			cur:  heldBy("a", t0.Add(5*time.Second)),
+			want: Decision{Next: heldBy("a", t0.Add(5*time.Second))},
+		},
+		"one nanosecond before expiry: left alone": {
+			cur:  heldBy("a", t0.Add(time.Nanosecond)),
+			want: Decision{Next: heldBy("a", t0.Add(time.Nanosecond))},
+		},
+		"expired exactly at the boundary: freed, token kept": {
+			cur:  heldBy("a", t0),
+			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeExpired},
+		},
+		"long expired: freed": {
+			cur:  heldBy("a", t0.Add(-time.Hour)),
+			want: Decision{Next: freed(heldBy("a", t0.Add(-time.Hour))), Write: true, Outcome: OutcomeExpired},
+		},
+		"expired at the ceiling: freed, token kept": {
+			cur:  withToken(heldBy("a", t0), math.MaxInt32),
+			want: Decision{Next: freed(withToken(heldBy("a", t0), math.MaxInt32)), Write: true, Outcome: OutcomeExpired},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := DecideExpire(tc.cur, t0)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDecideGrace(t *testing.T) {
+	graced := func(l store.Lease, expiresAt time.Time) store.Lease {
+		l.ExpiresAt = expiresAt
+		return l
+	}
+	noTTL := heldBy("a", t0.Add(time.Second))
+	noTTL.TTL = 0
+	cases := map[string]struct {
+		cur  store.Lease
+		want Decision
+	}{
+		"never seen: left alone": {
+			cur:  neverSeen(),
+			want: Decision{Next: neverSeen()},
+		},
+		"released: left alone": {
+			cur:  released(),
+			want: Decision{Next: released()},
+		},
+		"held, ending before a full term from now: extended to now+ttl": {
+			cur:  heldBy("a", t0.Add(time.Second)),
+			want: Decision{Next: graced(heldBy("a", t0.Add(time.Second)), t0.Add(ttl)), Write: true, Outcome: OutcomeGraced},
+		},
+		"expired during the downtime, not swept: holder keeps it": {
+			cur:  heldBy("a", t0.Add(-time.Hour)),
+			want: Decision{Next: graced(heldBy("a", t0.Add(-time.Hour)), t0.Add(ttl)), Write: true, Outcome: OutcomeGraced},
+		},
+		"already ending exactly a full term from now: left alone": {
+			cur:  heldBy("a", t0.Add(ttl)),
+			want: Decision{Next: heldBy("a", t0.Add(ttl))},
+		},
+		"ending later than a full term from now: never shortened": {
+			cur:  heldBy("a", t0.Add(time.Hour)),
+			want: Decision{Next: heldBy("a", t0.Add(time.Hour))},
+		},
+		"no recorded ttl: left alone": {
+			cur:  noTTL,
+			want: Decision{Next: noTTL},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := DecideGrace(tc.cur, t0)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// FuzzMachine drives one lease record through a fuzzed sequence of acquire,
+// renew, release, expiry sweeps and restart graces by three holders, on a
+// clock that moves in half-second steps against whole-second TTLs (so terms
+// end exactly at the instant of an operation), and checks after every step the
+// invariants the wire contract promises.
+//
+// The first byte picks the starting token (zero or near the int32 ceiling);
+// every later pair of bytes is one operation: op and holder from the first,
+// TTL, clock step and the token the caller presents from the second.
+func FuzzMachine(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 5, 0, 1, 3, 10, 0})
+	f.Add([]byte{1, 0, 0, 1, 0, 2, 0, 3, 0xff, 1, 0})
+	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0x1c, 1, 0, 4, 0x1c, 3, 0})
+	f.Add([]byte{0, 0, 1, 6, 0x1f, 11, 0x3c, 2, 0x40, 7, 0x80, 14, 0x1c})
+	f.Fuzz(func(t *testing.T, program []byte) {
+		if len(program) == 0 {
+			return
+		}
+		starts := []int32{0, math.MaxInt32 - 2, math.MaxInt32 - 1, math.MaxInt32}
+		cur := store.Lease{Namespace: "ns", Name: "lease", FencingToken: starts[int(program[0])%len(starts)]}
+		holders := []string{"a", "b", "a/x"}
+		// remembered is the token each holder was last granted.
+		remembered := map[string]int32{}
+		now := t0
+		for i := 1; i+1 < len(program); i += 2 {
+			opByte, arg := program[i], program[i+1]
+			op := opByte % 5
+			holder := holders[int(opByte/5)%len(holders)]
+			opTTL := time.Duration(1+arg&3) * time.Second
+			now = now.Add(time.Duration((arg>>2)&7) * 500 * time.Millisecond)
+			var token int32
+			switch (arg >> 5) % 3 {
+			case 0:
+				token = remembered[holder]
+			case 1:
+				token = cur.FencingToken
+			case 2:
+				token = cur.FencingToken - 1
+			}
+
+			var (
+				d    Decision
+				err  error
+				name string
+			)
+			switch op {
+			case 0:
+				name = "acquire"
+				d, err = DecideAcquire(cur, holder, opTTL, now)
+			case 1:
+				name = "renew"
+				d = DecideRenew(cur, holder, token, opTTL, now)
+			case 2:
+				name = "release"
+				d, err = DecideRelease(cur, holder, token)
+			case 3:
+				name = "expire"
+				d = DecideExpire(cur, now)
+			case 4:
+				name = "grace"
+				d = DecideGrace(cur, now)
+			}
+			step := func(format string, args ...any) {
+				t.Helper()
+				t.Fatalf("step %d, %s by %q token %d ttl %s at +%s on %+v -> %+v (err %v): "+format,
+					append([]any{i / 2, name, holder, token, opTTL, now.Sub(t0), cur, d, err}, args...)...)
+			}
+
+			next := cur
+			if d.Write {
+				next = d.Next
+			}
+			if err != nil && d.Write {
+				step("an error must not write")
+			}
+			if !d.Write && d.Next.FencingToken != cur.FencingToken {
+				step("a decision without a write shows another token")
+			}
+			if d.Next.Version != cur.Version || d.Next.Namespace != cur.Namespace || d.Next.Name != cur.Name {
+				step("the machine must not touch the key or the store's version")
+			}
+
+			// Tokens: never down, +1 exactly for a new term, never past the ceiling.
+			switch {
+			case d.Outcome == OutcomeAcquired:
+				if cur.FencingToken == math.MaxInt32 {
+					step("acquired past the int32 ceiling")
+				}
+				if next.FencingToken != cur.FencingToken+1 {
+					step("new term has token %d, want %d", next.FencingToken, cur.FencingToken+1)
+				}
+				if cur.Held(now) {
+					step("a new term began while the lease was live")
+				}
+			case next.FencingToken != cur.FencingToken:
+				step("token moved from %d to %d without a new term", cur.FencingToken, next.FencingToken)
+			}
+			if next.FencingToken < 0 {
+				step("token wrapped to %d", next.FencingToken)
+			}
+			if errors.Is(err, ErrTokensExhausted) && cur.FencingToken != math.MaxInt32 {
+				step("tokens reported exhausted below the ceiling")
+			}
+			if op == 0 && cur.FencingToken == math.MaxInt32 && !cur.Held(now) && !errors.Is(err, ErrTokensExhausted) {
+				step("acquire of a free lease at the ceiling must report exhaustion")
+			}
+
+			// One holder: a live lease changes hands only by its holder's release.
+			if next.Holder != "" && next.Holder != "a" && next.Holder != "b" && next.Holder != "a/x" {
+				step("unknown holder %q", next.Holder)
+			}
+			if cur.Held(now) && next.Holder != cur.Holder && (op != 2 || holder != cur.Holder || next.Holder != "") {
+				step("live lease of %q passed to %q", cur.Holder, next.Holder)
+			}
+			if (op == 0 || op == 1) && cur.Held(now) && cur.Holder != holder {
+				if d.Write || d.Held() {
+					step("a non-holder changed a live lease")
+				}
+			}
+
+			// A caller told it holds the lease really holds it, for ttl from now.
+			if d.Held() {
+				if !d.Write || next.Holder != holder || !next.ExpiresAt.Equal(now.Add(opTTL)) || next.TTL != opTTL || !next.Held(now) {
+					step("held decision does not leave the caller holding until now+ttl")
+				}
+				if d.Outcome == OutcomeRenewed && (next.FencingToken != cur.FencingToken || !next.AcquiredAt.Equal(cur.AcquiredAt)) {
+					step("renewal started a new term")
+				}
+			}
+
+			// Release, expiry and grace keep the token; release and expiry free.
+			switch d.Outcome {
+			case OutcomeReleased, OutcomeExpired:
+				if next.Holder != "" {
+					step("%s left holder %q", d.Outcome, next.Holder)
+				}
+				if d.Outcome == OutcomeExpired && cur.Held(now) {
+					step("expired a live lease")
+				}
+			case OutcomeGraced:
+				if next.Holder != cur.Holder || next.ExpiresAt.Before(cur.ExpiresAt) {
+					step("grace moved or shortened the lease")
+				}
+			}
+			if op == 2 && err == nil && cur.Holder != "" && (cur.Holder != holder || cur.FencingToken != token) {
+				step("release by a non-holder succeeded")
+			}
+			if op == 2 && err != nil && !errors.Is(err, ErrNotHolder) {
+				step("release failed with %v", err)
+			}
+
+			if d.Held() {
+				remembered[holder] = next.FencingToken
+			}
+			if d.Write {
+				next.Version++ // as a store would
+			}
+			cur = next
+		}
+	})
+}
