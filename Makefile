@@ -69,7 +69,7 @@ bench: build ## Run the benchmarks and print the figures quoted in docs/benchmar
 
 .PHONY: demo
 demo: build ## Show Berth at work on this machine; finishes by itself.
-	hack/demo.sh
+	$(GO) run ./test/demo --bin $(BIN)
 
 ##@ Tools
 
