@@ -1,0 +1,179 @@
+package kubeenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ErrNotManaged is returned by Stop and Start of a cluster that kubeenv did not start (one
+// named by BERTH_TEST_KUBECONFIGS): it cannot stop such a cluster.
+var ErrNotManaged = errors.New("cluster not started by kubeenv")
+
+// Cluster is one Kubernetes cluster of an Env. Its methods are safe for concurrent use.
+type Cluster struct {
+	// Name is the cluster's name: cluster-1, cluster-2, ... for the clusters kubeenv runs,
+	// the kubeconfig file's name without its extension for the others. It is also the name
+	// of the kubeconfig's cluster and context.
+	Name string
+	// KubeconfigPath is a kubeconfig file for a cluster administrator.
+	KubeconfigPath string
+
+	config *rest.Config
+	log    logr.Logger
+	plane  *controlPlane // nil when kubeenv did not start the cluster
+
+	mu sync.Mutex // serialises Start and Stop
+}
+
+// RESTConfig returns a new copy of the cluster administrator's client configuration.
+func (c *Cluster) RESTConfig() *rest.Config {
+	return rest.CopyConfig(c.config)
+}
+
+// ConfigAs returns a client configuration that acts as user, member of groups, through
+// impersonation by the administrator: the API server authorizes and admits its requests
+// as that user's (RBAC, admission webhooks and policies see user and groups, plus
+// system:authenticated).
+func (c *Cluster) ConfigAs(user string, groups ...string) *rest.Config {
+	cfg := c.RESTConfig()
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	return cfg
+}
+
+// WriteKubeconfigAs writes to path a kubeconfig that acts as user, member of groups, as
+// ConfigAs does: for processes that a test runs as a given user (an agent, kubectl).
+func (c *Cluster) WriteKubeconfigAs(path, user string, groups ...string) error {
+	cfg, err := clientcmd.LoadFromFile(c.KubeconfigPath)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig of %s: %w", c.Name, err)
+	}
+	as, err := impersonating(cfg, user, groups)
+	if err != nil {
+		return fmt.Errorf("kubeconfig of %s as %s: %w", c.Name, user, err)
+	}
+	if err := clientcmd.WriteToFile(*as, path); err != nil {
+		return fmt.Errorf("write kubeconfig of %s as %s: %w", c.Name, user, err)
+	}
+	return nil
+}
+
+// Managed reports whether kubeenv started the cluster, and so can stop and start it.
+func (c *Cluster) Managed() bool { return c.plane != nil }
+
+// Stop stops every process of the cluster (SIGTERM, then SIGKILL after a few seconds or
+// once ctx is done), as if the cluster were lost; its data stays for Start. Stopping a
+// stopped cluster does nothing.
+func (c *Cluster) Stop(ctx context.Context) error {
+	if c.plane == nil {
+		return fmt.Errorf("stop %s: %w", c.Name, ErrNotManaged)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.plane.stop(ctx)
+	c.log.Info("cluster stopped")
+	return nil
+}
+
+// Start starts a stopped cluster again on its data, at the same address and with the same
+// credentials, and waits until it is ready (see Env).
+func (c *Cluster) Start(ctx context.Context) error {
+	if c.plane == nil {
+		return fmt.Errorf("start %s: %w", c.Name, ErrNotManaged)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	begin := time.Now()
+	if err := c.plane.start(ctx, c.clientset()); err != nil {
+		c.plane.stop(context.Background())
+		return fmt.Errorf("start %s: %w", c.Name, err)
+	}
+	if err := c.waitReady(ctx); err != nil {
+		c.plane.stop(context.Background())
+		return fmt.Errorf("start %s: %w", c.Name, err)
+	}
+	c.log.Info("cluster ready", "elapsed", time.Since(begin).Round(time.Millisecond), "kubeconfig", c.KubeconfigPath)
+	return nil
+}
+
+func (c *Cluster) clientset() kubernetes.Interface {
+	return kubernetes.NewForConfigOrDie(c.config)
+}
+
+// newManagedCluster lays out a cluster that kubeenv runs: it writes its certificates and
+// kubeconfigs, but starts nothing.
+func newManagedCluster(name string, opts Options, p ports) (*Cluster, error) {
+	l := layout{dir: filepath.Join(opts.WorkDir, name)}
+	for _, dir := range []string{filepath.Dir(l.pki("")), filepath.Dir(l.log(""))} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	kubeconfigPath := filepath.Join(opts.WorkDir, name+".kubeconfig")
+	if err := writeCredentials(name, l, p, kubeconfigPath); err != nil {
+		return nil, fmt.Errorf("write credentials of %s: %w", name, err)
+	}
+	config, err := restConfig(kubeconfigPath)
+	if err != nil {
+		return nil, err
+	}
+	log := opts.Log.WithValues("cluster", name)
+	return &Cluster{
+		Name:           name,
+		KubeconfigPath: kubeconfigPath,
+		config:         config,
+		log:            log,
+		plane:          &controlPlane{name: name, layout: l, ports: p, binDir: opts.BinDir, nodes: opts.Nodes, log: log},
+	}, nil
+}
+
+// writeCredentials writes a cluster's CA, the API server's serving and service account
+// keys, and a kubeconfig for each identity (the administrator's at adminKubeconfig).
+func writeCredentials(name string, l layout, p ports, adminKubeconfig string) error {
+	ca, err := newAuthority(name)
+	if err != nil {
+		return err
+	}
+	serving, err := ca.servingCert("kube-apiserver", "127.0.0.1", "localhost", serviceIP,
+		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
+	if err != nil {
+		return err
+	}
+	saKey, saPub, err := serviceAccountKeys()
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		l.pki("ca.crt"): ca.certPEM, l.pki("apiserver.crt"): serving.cert, l.pki("apiserver.key"): serving.key,
+		l.pki("sa.key"): saKey, l.pki("sa.pub"): saPub,
+	}
+	for path, data := range files {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+	}
+	server := fmt.Sprintf("https://127.0.0.1:%d", p.apiserver)
+	for _, id := range identities {
+		creds, err := ca.clientCert(id.user, id.groups...)
+		if err != nil {
+			return err
+		}
+		path := l.kubeconfig(id)
+		if id.file == adminIdentity.file {
+			path = adminKubeconfig
+		}
+		if err := clientcmd.WriteToFile(*kubeconfig(name, server, ca.certPEM, id.user, creds), path); err != nil {
+			return fmt.Errorf("write kubeconfig %s: %w", path, err)
+		}
+	}
+	return nil
+}
