@@ -32,6 +32,17 @@ build: ## Build berth-leaseapi, berth-agent and berthctl into bin/.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+.PHONY: generate
+generate: $(TOOLS_BIN)/controller-gen ## Generate deepcopy, CRDs and RBAC from the kubebuilder markers.
+	$(TOOLS_BIN)/controller-gen object paths=./api/...
+	$(TOOLS_BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=deploy/crd
+	$(TOOLS_BIN)/controller-gen rbac:roleName=berth-agent paths=./reconciler/... paths=./fleet/... paths=./admission/... output:rbac:artifacts:config=deploy/rbac
+
+.PHONY: verify-gen
+verify-gen: generate ## Fail when generated files are stale.
+	@git diff --exit-code -- api deploy/crd deploy/rbac || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api deploy/crd deploy/rbac)" || { git status --porcelain -- api deploy/crd deploy/rbac; echo "untracked generated files: run make generate and commit"; exit 1; }
+
 .PHONY: fmt
 fmt: ## Format the Go sources.
 	$(GO) fmt ./...

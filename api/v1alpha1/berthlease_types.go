@@ -1,0 +1,130 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BerthLeaseSpec names the lease a workload runs under and its timing.
+//
+// +kubebuilder:validation:XValidation:rule="self.heartbeatIntervalSeconds * 3 <= self.ttlSeconds",message="heartbeatIntervalSeconds must be at most a third of ttlSeconds, so that a renewal can fail and be retried, and Pods be stopped, before the lease runs out"
+type BerthLeaseSpec struct {
+	// LeaseName is the lease's name at the lease API; the key is
+	// {namespace of this BerthLease}/{leaseName}. Defaults to this object's name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	LeaseName string `json:"leaseName,omitempty"`
+
+	// HolderIdentity is the holder used when the agent runs without
+	// --cluster-id. With --cluster-id, the cluster id is the holder and this
+	// field is ignored.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	HolderIdentity string `json:"holderIdentity,omitempty"`
+
+	// TTLSeconds is the lease's term: how long after a renewal another
+	// cluster may take over if this one stops renewing.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=3
+	// +kubebuilder:validation:Maximum=86400
+	TTLSeconds int32 `json:"ttlSeconds,omitempty"`
+
+	// HeartbeatIntervalSeconds is how often the holder renews.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	HeartbeatIntervalSeconds int32 `json:"heartbeatIntervalSeconds,omitempty"`
+}
+
+// BerthLeaseStatus is what this cluster's agent knows of the lease.
+type BerthLeaseStatus struct {
+	// LeaseState is held, waiting or released.
+	// +optional
+	// +kubebuilder:validation:Enum=held;waiting;released
+	LeaseState string `json:"leaseState,omitempty"`
+
+	// Phase is Active while this cluster may run the managed Pods, Stopping
+	// while it removes them before giving the lease up, and empty otherwise.
+	// +optional
+	// +kubebuilder:validation:Enum=Active;Stopping;""
+	Phase string `json:"phase,omitempty"`
+
+	// CurrentHolder is the holder the lease API last reported.
+	// +optional
+	CurrentHolder string `json:"currentHolder,omitempty"`
+
+	// FencingToken is the token of the current holder's term.
+	// +optional
+	FencingToken int32 `json:"fencingToken,omitempty"`
+
+	// AcquiredAt, RenewTime and ExpiresAt are the lease API's times of the
+	// current term.
+	// +optional
+	AcquiredAt *metav1.MicroTime `json:"acquiredAt,omitempty"`
+	// +optional
+	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
+	// +optional
+	ExpiresAt *metav1.MicroTime `json:"expiresAt,omitempty"`
+
+	// ObservedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// ManagedPods counts this lease's managed Pods in this cluster;
+	// RunningPods those of them that are ungated; GatedPods those waiting.
+	// +optional
+	ManagedPods int32 `json:"managedPods,omitempty"`
+	// +optional
+	RunningPods int32 `json:"runningPods,omitempty"`
+	// +optional
+	GatedPods int32 `json:"gatedPods,omitempty"`
+
+	// Conditions are Acquired and HeartbeatHealthy.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BerthLease binds the managed Pods of this namespace that name it (label
+// berth.skaphos.io/managed-lease) to one lease at the lease API: they run
+// only while this cluster holds it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=bl
+// +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.currentHolder`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.leaseState`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`,priority=1
+// +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BerthLease struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +kubebuilder:default={}
+	Spec   BerthLeaseSpec   `json:"spec,omitempty"`
+	Status BerthLeaseStatus `json:"status,omitempty"`
+}
+
+// EffectiveLeaseName is spec.leaseName, or the object's name when unset.
+func (b *BerthLease) EffectiveLeaseName() string {
+	if b.Spec.LeaseName != "" {
+		return b.Spec.LeaseName
+	}
+	return b.Name
+}
+
+// BerthLeaseList is a list of BerthLeases.
+//
+// +kubebuilder:object:root=true
+type BerthLeaseList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BerthLease `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&BerthLease{}, &BerthLeaseList{})
+}

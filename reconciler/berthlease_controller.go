@@ -1,0 +1,275 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/leaseapi/client"
+)
+
+// LeaseClient is the subset of [client.Client] consumed by the reconciler.
+// Defined as an interface so tests can inject a fault.
+type LeaseClient interface {
+	Acquire(ctx context.Context, namespace, name, holder string, ttl time.Duration) (client.AcquireResult, error)
+	Renew(ctx context.Context, namespace, name, holder string, fencingToken int32, ttl time.Duration) (client.AcquireResult, error)
+	Release(ctx context.Context, namespace, name, holder string, fencingToken int32) error
+}
+
+var _ LeaseClient = (*client.Client)(nil)
+
+// DefaultCallTimeout bounds one lease API call or one local cleanup step; a
+// call is also cut short at the local deadline.
+const DefaultCallTimeout = 5 * time.Second
+
+// BerthLeaseReconciler reconciles BerthLease resources by holding (or
+// renewing) a lease against the central API server and applying the
+// configured workload actions in response to lease state.
+//
+// +kubebuilder:rbac:groups=berth.skaphos.io,resources=berthleases,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=berth.skaphos.io,resources=berthleases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=berth.skaphos.io,resources=berthleases/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+type BerthLeaseReconciler struct {
+	ctrlclient.Client
+	// Log is the reconciler's logger.
+	Log logr.Logger
+	// LeaseClient is the central API server client. Required.
+	LeaseClient LeaseClient
+	// ClusterIdentity, when non-empty, is used as the holder identity for
+	// every Acquire / Renew / Release call, overriding spec.holderIdentity:
+	// the same BerthLease applied to several clusters then competes for the
+	// lease (the cross-cluster singleton). When empty, spec.holderIdentity
+	// is the holder.
+	ClusterIdentity string
+	// ManagedWorkloads turns on gating: ungate the managed Pods while held,
+	// delete them when the lease must be given up. It requires the
+	// fail-closed admission installation.
+	ManagedWorkloads bool
+	// OperatorNamespace is the agent's own namespace.
+	OperatorNamespace string
+
+	// APIReader reads Pods without the informer cache, so that a decision to
+	// ungate or release never rests on a stale view. Defaults to the
+	// manager's API reader.
+	APIReader ctrlclient.Reader
+	// Clock is the agent's clock; its readings must carry the monotonic
+	// clock (the real clock does). Defaults to the real clock.
+	Clock clock.PassiveClock
+	// Recorder emits an Event on every lease transition. Defaults to the
+	// manager's recorder.
+	Recorder events.EventRecorder
+	// CallTimeout bounds each lease API call and cleanup step
+	// (DefaultCallTimeout).
+	CallTimeout time.Duration
+	// Cordoned, when set, reports whether this cluster is cordoned at the
+	// lease API; a cordoned cluster hands its leases over.
+	Cordoned func() bool
+
+	mu     sync.Mutex
+	memory map[types.UID]*memory
+}
+
+// memory is what the reconciler keeps of one BerthLease between reconciles;
+// a term's deadline lives on the monotonic clock, so it cannot be stored in
+// status.
+type memory struct {
+	// started: status was consulted once for a term to recover.
+	started      bool
+	term         *Term
+	recoverToken int32
+	releaseToken int32
+	// observed is the lease API's last answer, for status.
+	observed client.AcquireResult
+	// apiErr is the last lease API error, cleared by the next success.
+	apiErr error
+	// selfFenced records that the local deadline passed without a renewal.
+	selfFenced bool
+}
+
+// SetupWithManager registers the reconciler with the controller-runtime manager.
+func (r *BerthLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.LeaseClient == nil {
+		return errors.New("BerthLeaseReconciler needs a LeaseClient")
+	}
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("berth-agent")
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&berthv1alpha1.BerthLease{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToBerthLease),
+			builder.WithPredicates(predicate.NewPredicateFuncs(isManaged))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Named("berthlease").
+		Complete(r)
+}
+
+func isManaged(o ctrlclient.Object) bool {
+	_, ok := o.GetLabels()[ManagedLease]
+	return ok
+}
+
+// podToBerthLease maps a managed Pod to the BerthLease it names.
+func podToBerthLease(_ context.Context, o ctrlclient.Object) []reconcile.Request {
+	name := o.GetLabels()[ManagedLease]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+func (r *BerthLeaseReconciler) defaults() {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.CallTimeout <= 0 {
+		r.CallTimeout = DefaultCallTimeout
+	}
+	if r.APIReader == nil {
+		r.APIReader = r.Client
+	}
+	r.mu.Lock()
+	if r.memory == nil {
+		r.memory = map[types.UID]*memory{}
+	}
+	r.mu.Unlock()
+}
+
+// Reconcile bounds both central calls and local cleanup operations. The
+// client supplied by main bypasses the informer cache for security-sensitive
+// reads.
+func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.defaults()
+	log := r.Log.WithValues("berthLease", req.NamespacedName)
+	ctx = logr.NewContext(ctx, log)
+
+	bl := &berthv1alpha1.BerthLease{}
+	if err := r.Get(ctx, req.NamespacedName, bl); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("get BerthLease: %w", err)
+	}
+	if bl.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(bl, FinalizerName) {
+		controllerutil.AddFinalizer(bl, FinalizerName)
+		if err := r.Update(ctx, bl); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+		return ctrl.Result{Requeue: true}, nil
+	}
+
+	mem := r.memoryOf(bl)
+	p := r.observe(ctx, bl, mem)
+	d := Decide(p.facts)
+	if d.Call != CallNone {
+		// Stopping never waits on the lease API.
+		if err := r.actOnPods(ctx, bl, p, d, PodsStop); err != nil {
+			log.Error(err, "stop Pods")
+		}
+		r.call(ctx, bl, p, mem, d.Call)
+		p = r.observe(ctx, bl, mem)
+		d = Decide(p.facts)
+	}
+	if err := r.actOnPods(ctx, bl, p, d, PodsStop); err != nil {
+		return ctrl.Result{}, err
+	}
+	// Status is written before any Pod is ungated.
+	if err := r.writeStatus(ctx, bl, p, mem, d); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.actOnPods(ctx, bl, p, d, PodsUngate); err != nil {
+		return ctrl.Result{}, err
+	}
+	if d.RemoveFinalizer {
+		r.forget(bl.UID)
+		if controllerutil.RemoveFinalizer(bl, FinalizerName) {
+			if err := r.Update(ctx, bl); err != nil && !apierrors.IsNotFound(err) {
+				return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
+			}
+			log.Info("lease released and finalizer removed")
+		}
+		return ctrl.Result{}, nil
+	}
+	return r.result(p, mem, d), nil
+}
+
+// result schedules the next look: at the decision's wake-up, or, while
+// waiting for another holder's lease, when that lease could next be free.
+func (r *BerthLeaseReconciler) result(p *observation, mem *memory, d Decision) ctrl.Result {
+	now := r.Clock.Now()
+	wake := d.Wake
+	if wake.IsZero() && !p.facts.mustYield() && p.facts.Term == nil {
+		wake = now.Add(r.waitInterval(p, mem))
+	}
+	if wake.IsZero() {
+		return ctrl.Result{}
+	}
+	return ctrl.Result{RequeueAfter: max(wake.Sub(now), 10*time.Millisecond)}
+}
+
+// waitInterval is how long a waiting cluster waits before trying again: a
+// heartbeat, or less when the holder's term ends sooner, so that a takeover
+// follows an expiry closely.
+func (r *BerthLeaseReconciler) waitInterval(p *observation, mem *memory) time.Duration {
+	wait := p.heartbeat
+	if mem.apiErr != nil {
+		return retryInterval(p.heartbeat)
+	}
+	if exp := mem.observed.ExpiresAt; !exp.IsZero() && mem.observed.Holder != "" {
+		// Wall clocks of two machines: good enough to schedule a retry,
+		// never used to decide anything.
+		until := time.Until(exp) + 50*time.Millisecond
+		wait = min(wait, max(until, 50*time.Millisecond))
+	}
+	return wait
+}
+
+func (r *BerthLeaseReconciler) memoryOf(bl *berthv1alpha1.BerthLease) *memory {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m, ok := r.memory[bl.UID]; ok {
+		return m
+	}
+	m := &memory{}
+	r.memory[bl.UID] = m
+	return m
+}
+
+func (r *BerthLeaseReconciler) forget(uid types.UID) {
+	r.mu.Lock()
+	delete(r.memory, uid)
+	r.mu.Unlock()
+}
+
+// holder is the identity this agent acts as for bl.
+func (r *BerthLeaseReconciler) holder(bl *berthv1alpha1.BerthLease) string {
+	if r.ClusterIdentity != "" {
+		return r.ClusterIdentity
+	}
+	return bl.Spec.HolderIdentity
+}

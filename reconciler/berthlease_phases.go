@@ -1,0 +1,271 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/leaseapi/client"
+)
+
+// observation is what one reconcile gathered.
+type observation struct {
+	facts     Facts
+	holder    string
+	ttl       time.Duration
+	heartbeat time.Duration
+	// specErr explains Facts.Invalid.
+	specErr error
+	// running are ungated, unfinished managed Pods; gated are this
+	// BerthLease's Pods waiting behind the gate.
+	running, gated []corev1.Pod
+	managed        int
+}
+
+// validateSpec checks what CEL cannot: that a holder is known, and the
+// timing again in case an object slipped past validation.
+func (r *BerthLeaseReconciler) validateSpec(bl *berthv1alpha1.BerthLease) error {
+	s := bl.Spec
+	switch {
+	case r.holder(bl) == "":
+		return errors.New("no holder identity: set spec.holderIdentity or run the agent with --cluster-id")
+	case s.TTLSeconds < 3:
+		return fmt.Errorf("ttlSeconds %d is below the minimum of 3", s.TTLSeconds)
+	case s.HeartbeatIntervalSeconds < 1 || s.HeartbeatIntervalSeconds*3 > s.TTLSeconds:
+		return fmt.Errorf("heartbeatIntervalSeconds %d must be between 1 and a third of ttlSeconds (%d)", s.HeartbeatIntervalSeconds, s.TTLSeconds)
+	}
+	return nil
+}
+
+// observe gathers the facts: the spec, the in-memory term, and the managed
+// Pods read from the API server (not the cache).
+func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.BerthLease, mem *memory) *observation {
+	p := &observation{
+		holder:    r.holder(bl),
+		ttl:       time.Duration(bl.Spec.TTLSeconds) * time.Second,
+		heartbeat: time.Duration(bl.Spec.HeartbeatIntervalSeconds) * time.Second,
+	}
+	p.specErr = r.validateSpec(bl)
+	if !mem.started {
+		mem.started = true
+		if st := bl.Status; st.LeaseState == StateHeld && st.CurrentHolder == p.holder && st.FencingToken > 0 {
+			mem.recoverToken = st.FencingToken
+		}
+	}
+	podsUnknown := false
+	if r.ManagedWorkloads {
+		if err := r.listPods(ctx, bl, p); err != nil {
+			logr.FromContextOrDiscard(ctx).Error(err, "cannot see the managed Pods; holding on to the lease until they can be seen")
+			podsUnknown = true
+		}
+	}
+	now := r.Clock.Now()
+	if t := mem.term; t != nil && !now.Before(t.Deadline) && !mem.selfFenced {
+		mem.selfFenced = true
+		logr.FromContextOrDiscard(ctx).Info("local deadline passed without a renewal: self-fencing", "token", t.Token)
+	}
+	p.facts = Facts{
+		Now:          now,
+		Deleting:     !bl.DeletionTimestamp.IsZero(),
+		Invalid:      p.specErr != nil,
+		Cordoned:     r.Cordoned != nil && r.Cordoned(),
+		Term:         mem.term,
+		RecoverToken: mem.recoverToken,
+		ReleaseToken: mem.releaseToken,
+		RunningPods:  len(p.running),
+		PodsUnknown:  podsUnknown,
+		GatedPods:    len(p.gated),
+	}
+	return p
+}
+
+func (r *BerthLeaseReconciler) listPods(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation) error {
+	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+	defer cancel()
+	pods := &corev1.PodList{}
+	if err := r.APIReader.List(ctx, pods, ctrlclient.InNamespace(bl.Namespace), ctrlclient.MatchingLabels{ManagedLease: bl.Name}); err != nil {
+		p.running, p.gated, p.managed = nil, nil, 0
+		return fmt.Errorf("list managed Pods: %w", err)
+	}
+	for _, pod := range pods.Items {
+		p.managed++
+		switch {
+		case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		case !gated(&pod):
+			// Any ungated Pod that names this lease may be running, whatever
+			// its UID label says: it counts until it is gone.
+			p.running = append(p.running, pod)
+		case pod.Labels[ManagedUID] == string(bl.UID) && pod.DeletionTimestamp.IsZero():
+			p.gated = append(p.gated, pod)
+		}
+	}
+	return nil
+}
+
+func gated(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
+}
+
+// call makes the lease API call the decision asked for and records its
+// outcome in memory. Every call is bounded by CallTimeout and, while a term
+// is held, by its local deadline.
+func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation, mem *memory, c Call) {
+	log := logr.FromContextOrDiscard(ctx)
+	ns, name := bl.Namespace, bl.EffectiveLeaseName()
+	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+	defer cancel()
+	if t := mem.term; t != nil && r.Clock.Now().Before(t.Deadline) {
+		// Never hold the reconcile past the local deadline: at the
+		// deadline, stopping comes first.
+		var cancelAtDeadline context.CancelFunc
+		ctx, cancelAtDeadline = context.WithDeadline(ctx, r.wallDeadline(t.Deadline))
+		defer cancelAtDeadline()
+	}
+
+	switch c {
+	case CallAcquire, CallRenew, CallRecover:
+		sent := r.Clock.Now()
+		var (
+			res client.AcquireResult
+			err error
+		)
+		switch c {
+		case CallAcquire:
+			res, err = r.LeaseClient.Acquire(ctx, ns, name, p.holder, p.ttl)
+		case CallRenew:
+			res, err = r.LeaseClient.Renew(ctx, ns, name, p.holder, mem.term.Token, p.ttl)
+		case CallRecover:
+			token := mem.recoverToken
+			mem.recoverToken = 0
+			res, err = r.LeaseClient.Renew(ctx, ns, name, p.holder, token, p.ttl)
+			if err != nil {
+				mem.releaseToken = token
+			}
+		}
+		if err != nil {
+			mem.apiErr = err
+			log.Error(err, "lease API call failed", "call", callName(c))
+			if mem.term != nil {
+				mem.term.RenewDue = r.Clock.Now().Add(retryInterval(p.heartbeat))
+			}
+			return
+		}
+		mem.apiErr = nil
+		mem.observed = res
+		if res.Acquired && res.Holder == p.holder {
+			mem.term = &Term{Holder: p.holder, Token: res.FencingToken, Deadline: sent.Add(LocalValidity(p.ttl)), RenewDue: sent.Add(p.heartbeat)}
+			mem.selfFenced = false
+			return
+		}
+		if mem.term != nil {
+			log.Info("lease lost", "token", mem.term.Token, "currentHolder", res.Holder)
+		}
+		mem.term = nil
+
+	case CallRelease:
+		token := mem.releaseToken
+		if mem.term != nil {
+			token = mem.term.Token
+		} else if token == 0 {
+			token = mem.recoverToken
+		}
+		err := r.LeaseClient.Release(ctx, ns, name, p.holder, token)
+		if err != nil && !errors.Is(err, client.ErrConflict) {
+			// Keep the token: the release is retried before anything else.
+			mem.apiErr = err
+			log.Error(err, "release failed", "token", token)
+			mem.releaseToken = token
+			mem.term = nil
+			return
+		}
+		mem.apiErr = nil
+		mem.term, mem.recoverToken, mem.releaseToken = nil, 0, 0
+		mem.observed = client.AcquireResult{FencingToken: token}
+		log.Info("lease released", "token", token)
+	}
+}
+
+// wallDeadline turns a monotonic deadline into a context deadline.
+func (r *BerthLeaseReconciler) wallDeadline(deadline time.Time) time.Time {
+	return time.Now().Add(deadline.Sub(r.Clock.Now()))
+}
+
+func callName(c Call) string {
+	return [...]string{"none", "acquire", "renew", "recover", "release"}[c]
+}
+
+// actOnPods ungates or stops the managed Pods, if the decision asks for
+// only.
+func (r *BerthLeaseReconciler) actOnPods(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation, d Decision, only PodAction) error {
+	if !r.ManagedWorkloads || d.Pods != only {
+		return nil
+	}
+	switch d.Pods {
+	case PodsUngate:
+		return r.ungate(ctx, bl, p)
+	case PodsStop:
+		return r.stop(ctx, p)
+	}
+	return nil
+}
+
+// ungate removes the gate from each gated Pod of this BerthLease and writes
+// the term on it. The update carries the Pod's resourceVersion, so it lands
+// only on the Pod as it was read. It checks the deadline before every Pod.
+func (r *BerthLeaseReconciler) ungate(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation) error {
+	log := logr.FromContextOrDiscard(ctx)
+	term := p.facts.Term
+	for i := range p.gated {
+		if !r.Clock.Now().Before(term.Deadline) {
+			return nil // the next reconcile stops instead
+		}
+		pod := p.gated[i].DeepCopy()
+		pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[AnnotationFencingToken] = strconv.FormatInt(int64(term.Token), 10)
+		pod.Annotations[AnnotationHolder] = term.Holder
+		uctx, cancel := context.WithDeadline(ctx, r.wallDeadline(term.Deadline))
+		err := r.Update(uctx, pod)
+		cancel()
+		switch {
+		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+			continue // changed or gone since read; the watch brings us back
+		case err != nil:
+			return fmt.Errorf("ungate Pod %s: %w", pod.Name, err)
+		}
+		log.V(1).Info("ungated Pod", "pod", pod.Name, "token", term.Token)
+	}
+	return nil
+}
+
+// stop deletes the running managed Pods with a grace period bounded by the
+// stop budget. Their controllers recreate them, gated by admission.
+func (r *BerthLeaseReconciler) stop(ctx context.Context, p *observation) error {
+	log := logr.FromContextOrDiscard(ctx)
+	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+	defer cancel()
+	for i := range p.running {
+		pod := &p.running[i]
+		grace := podGracePeriod(p.ttl, pod.Spec.TerminationGracePeriodSeconds)
+		if g := pod.DeletionGracePeriodSeconds; !pod.DeletionTimestamp.IsZero() && g != nil && *g <= grace {
+			continue // already going, within the budget
+		}
+		err := r.Delete(ctx, pod, ctrlclient.GracePeriodSeconds(grace), ctrlclient.Preconditions{UID: &pod.UID})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("stop Pod %s: %w", pod.Name, err)
+		}
+		log.Info("stopping Pod", "pod", pod.Name, "gracePeriodSeconds", grace)
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+)
+
+// Condition reasons.
+const (
+	ReasonHeld                = "Held"
+	ReasonHeldByOther         = "HeldByOther"
+	ReasonFree                = "Free"
+	ReasonStopping            = "Stopping"
+	ReasonReleased            = "Released"
+	ReasonDeleting            = "Deleting"
+	ReasonCordoned            = "Cordoned"
+	ReasonInvalidSpec         = "InvalidSpec"
+	ReasonLeaseAPIUnreachable = "LeaseAPIUnreachable"
+	ReasonRenewed             = "Renewed"
+	ReasonReachable           = "Reachable"
+	ReasonSelfFenced          = "SelfFenced"
+)
+
+// statusInput is what the status is computed from.
+type statusInput struct {
+	generation int64
+	holder     string
+	facts      Facts
+	decision   Decision
+	mem        memory
+	specErr    error
+	managed    int
+}
+
+// computeStatus is the status the facts describe. It is pure: conditions keep
+// their transition times when they do not change.
+func computeStatus(old berthv1alpha1.BerthLeaseStatus, in statusInput) berthv1alpha1.BerthLeaseStatus {
+	f, mem := in.facts, in.mem
+	st := old.DeepCopy()
+	st.ObservedGeneration = in.generation
+	st.Phase = in.decision.Phase
+	st.ManagedPods = int32(in.managed)
+	st.RunningPods = int32(f.RunningPods)
+	st.GatedPods = int32(f.GatedPods)
+
+	switch {
+	case f.Term != nil:
+		st.LeaseState = StateHeld
+	case f.mustYield() && f.RecoverToken == 0 && f.ReleaseToken == 0:
+		st.LeaseState = StateReleased
+	default:
+		st.LeaseState = StateWaiting
+	}
+	st.CurrentHolder, st.FencingToken = mem.observed.Holder, mem.observed.FencingToken
+	if f.Term != nil {
+		st.CurrentHolder, st.FencingToken = f.Term.Holder, f.Term.Token
+	}
+	st.AcquiredAt = microTime(mem.observed.AcquiredAt)
+	st.RenewTime = microTime(mem.observed.RenewedAt)
+	st.ExpiresAt = microTime(mem.observed.ExpiresAt)
+
+	acquired := acquiredCondition(in)
+	acquired.ObservedGeneration = in.generation
+	apimeta.SetStatusCondition(&st.Conditions, acquired)
+	heartbeat := heartbeatCondition(in)
+	heartbeat.ObservedGeneration = in.generation
+	apimeta.SetStatusCondition(&st.Conditions, heartbeat)
+	return *st
+}
+
+func acquiredCondition(in statusInput) metav1.Condition {
+	f, mem := in.facts, in.mem
+	c := metav1.Condition{Type: ConditionAcquired, Status: metav1.ConditionFalse}
+	switch {
+	case in.specErr != nil:
+		c.Reason, c.Message = ReasonInvalidSpec, in.specErr.Error()
+	case in.decision.Phase == PhaseStopping:
+		c.Reason, c.Message = ReasonStopping, fmt.Sprintf("stopping %d running Pod(s) before giving the lease up", f.RunningPods)
+	case f.Term != nil && in.decision.Phase == PhaseActive:
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonHeld
+		c.Message = fmt.Sprintf("held by %s with fencing token %d", f.Term.Holder, f.Term.Token)
+	case f.Deleting:
+		c.Reason, c.Message = ReasonDeleting, "the BerthLease is being deleted; the lease is given up"
+	case f.Cordoned:
+		c.Reason, c.Message = ReasonCordoned, "this cluster is cordoned at the lease API; it takes no leases until uncordoned"
+	case mem.apiErr != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonLeaseAPIUnreachable, mem.apiErr.Error()
+	case mem.observed.Holder != "" && mem.observed.Holder != in.holder:
+		c.Reason = ReasonHeldByOther
+		c.Message = fmt.Sprintf("held by %s with fencing token %d until %s", mem.observed.Holder, mem.observed.FencingToken, mem.observed.ExpiresAt.Format(time.RFC3339))
+	case mem.observed.FencingToken > 0 && mem.observed.Holder == "":
+		c.Reason, c.Message = ReasonReleased, fmt.Sprintf("released with fencing token %d", mem.observed.FencingToken)
+	default:
+		c.Reason, c.Message = ReasonFree, "the lease is free; acquiring"
+	}
+	return c
+}
+
+func heartbeatCondition(in statusInput) metav1.Condition {
+	c := metav1.Condition{Type: ConditionHeartbeatHealthy, Status: metav1.ConditionTrue}
+	switch {
+	case in.mem.selfFenced:
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonSelfFenced
+		c.Message = "the local deadline passed without a renewal; Pods are stopped whether or not the lease API answers"
+	case in.mem.apiErr != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonLeaseAPIUnreachable, in.mem.apiErr.Error()
+	case in.facts.Term != nil:
+		c.Reason, c.Message = ReasonRenewed, "the lease API renewed the lease"
+	default:
+		c.Reason, c.Message = ReasonReachable, "the lease API answers"
+	}
+	return c
+}
+
+func microTime(t time.Time) *metav1.MicroTime {
+	if t.IsZero() {
+		return nil
+	}
+	m := metav1.NewMicroTime(t)
+	return &m
+}
+
+// transition is an Event worth emitting when the status changes.
+type transition struct {
+	eventType, reason, note string
+}
+
+// transitions lists the Events that the change from old to new deserves.
+func transitions(old, new berthv1alpha1.BerthLeaseStatus) []transition {
+	var out []transition
+	wasHeld, isHeld := old.LeaseState == StateHeld, new.LeaseState == StateHeld
+	switch {
+	case isHeld && (!wasHeld || old.FencingToken != new.FencingToken):
+		out = append(out, transition{corev1.EventTypeNormal, "Acquired", fmt.Sprintf("lease acquired by %s with fencing token %d", new.CurrentHolder, new.FencingToken)})
+	case wasHeld && !isHeld && new.LeaseState == StateReleased:
+		out = append(out, transition{corev1.EventTypeNormal, "Released", fmt.Sprintf("lease released (fencing token %d)", old.FencingToken)})
+	case wasHeld && !isHeld:
+		out = append(out, transition{corev1.EventTypeWarning, "Lost", fmt.Sprintf("lease with fencing token %d lost; holder now %q", old.FencingToken, new.CurrentHolder)})
+	}
+	if new.Phase == PhaseStopping && old.Phase != PhaseStopping {
+		out = append(out, transition{corev1.EventTypeWarning, "Stopping", fmt.Sprintf("stopping %d running Pod(s)", new.RunningPods)})
+	}
+	oldHB, newHB := apimeta.FindStatusCondition(old.Conditions, ConditionHeartbeatHealthy), apimeta.FindStatusCondition(new.Conditions, ConditionHeartbeatHealthy)
+	if newHB != nil && newHB.Status == metav1.ConditionFalse && (oldHB == nil || oldHB.Reason != newHB.Reason) {
+		out = append(out, transition{corev1.EventTypeWarning, newHB.Reason, newHB.Message})
+	}
+	return out
+}
+
+// writeStatus writes the computed status when it changed and emits the
+// transition Events. A conflict re-reads the object and tries again.
+func (r *BerthLeaseReconciler) writeStatus(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation, mem *memory, d Decision) error {
+	var old, st berthv1alpha1.BerthLeaseStatus
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		old = bl.Status
+		st = computeStatus(old, statusInput{
+			generation: bl.Generation, holder: p.holder, facts: p.facts, decision: d,
+			mem: *mem, specErr: p.specErr, managed: p.managed,
+		})
+		if equality.Semantic.DeepEqual(st, old) {
+			return nil
+		}
+		bl.Status = st
+		err := r.Status().Update(ctx, bl)
+		if apierrors.IsConflict(err) {
+			if gerr := r.APIReader.Get(ctx, ctrlclient.ObjectKeyFromObject(bl), bl); gerr != nil {
+				return gerr
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("update status: %w", err)
+	}
+	if r.Recorder != nil {
+		for _, t := range transitions(old, st) {
+			r.Recorder.Eventf(bl, nil, t.eventType, t.reason, "LeaseTransition", "%s", t.note)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,142 @@
+package reconciler
+
+import "time"
+
+// Term is this cluster's current hold of a lease, as it measures it.
+type Term struct {
+	Holder string
+	Token  int32
+	// Deadline is the local deadline on the monotonic clock: the moment the
+	// last granting or renewing request was sent plus LocalValidity.
+	Deadline time.Time
+	// RenewDue is when the next renew should be sent.
+	RenewDue time.Time
+}
+
+// Facts is everything the decision needs, gathered before it is made.
+type Facts struct {
+	Now time.Time
+	// Deleting: the BerthLease has a deletion timestamp.
+	Deleting bool
+	// Invalid: the spec cannot be acted on (no holder, bad timing).
+	Invalid bool
+	// Cordoned: the lease API marked this cluster cordoned.
+	Cordoned bool
+	// Term is nil while this cluster does not hold the lease.
+	Term *Term
+	// RecoverToken is the token status says this cluster held, when the
+	// agent has no term in memory (it restarted): a renew with it may keep
+	// the lease without a failover.
+	RecoverToken int32
+	// ReleaseToken is a token this cluster may still hold at the lease API
+	// without a term it can trust (a recovery that could not be confirmed):
+	// it is released once no Pod runs, before anything is acquired.
+	ReleaseToken int32
+	// RunningPods are managed Pods without the gate that have not finished:
+	// they may be running, so the lease must not be given up while any exist.
+	RunningPods int
+	// PodsUnknown: the Pods could not be listed. Some may be running, so
+	// the lease is neither given up nor taken while it lasts.
+	PodsUnknown bool
+	// GatedPods are managed Pods of this BerthLease waiting behind the gate.
+	GatedPods int
+}
+
+// Call is the lease API call a decision asks for.
+type Call int
+
+const (
+	CallNone Call = iota
+	CallAcquire
+	CallRenew
+	// CallRecover renews with the token from status after a restart.
+	CallRecover
+	CallRelease
+)
+
+// PodAction is what to do to the managed Pods.
+type PodAction int
+
+const (
+	PodsNone PodAction = iota
+	// PodsUngate removes the gate from the gated Pods.
+	PodsUngate
+	// PodsStop deletes the ungated Pods.
+	PodsStop
+)
+
+// Decision is what Decide decided.
+type Decision struct {
+	Call  Call
+	Pods  PodAction
+	Phase string
+	// RemoveFinalizer: the BerthLease is being deleted and nothing of it
+	// runs or is held any more.
+	RemoveFinalizer bool
+	// Wake is when to look again at the latest, zero for "on the next event".
+	Wake time.Time
+}
+
+// stopPollInterval is how often a stopping cluster looks at its Pods (Pod
+// deletions also wake it).
+const stopPollInterval = 500 * time.Millisecond
+
+// MayRun reports whether the facts let this cluster run its Pods now: it
+// holds a term whose local deadline has not passed, and nothing asks it to
+// give the lease up.
+func (f Facts) MayRun() bool {
+	return f.Term != nil && f.Now.Before(f.Term.Deadline) && !f.mustYield()
+}
+
+// mustYield: the cluster must give the lease up whether or not it holds it.
+func (f Facts) mustYield() bool { return f.Deleting || f.Invalid || f.Cordoned }
+
+// Decide is the hold/wait/stop decision. It is pure: the same facts always
+// give the same decision.
+func Decide(f Facts) Decision {
+	switch {
+	case f.MayRun():
+		d := Decision{Phase: PhaseActive, Wake: earliest(f.Term.RenewDue, f.Term.Deadline)}
+		if !f.Now.Before(f.Term.RenewDue) {
+			d.Call = CallRenew
+		}
+		if f.GatedPods > 0 {
+			d.Pods = PodsUngate
+		}
+		return d
+
+	case f.Term == nil && f.RecoverToken > 0 && !f.mustYield():
+		// Restarted while holding: try to keep the term before anything else.
+		return Decision{Call: CallRecover, Wake: f.Now.Add(stopPollInterval)}
+
+	case f.RunningPods > 0 || f.PodsUnknown:
+		// Not allowed to run, yet Pods may be running: stop them, and keep
+		// the lease until they are gone. Renewing past the local deadline is
+		// safe: the lease API only renews a term nobody else has taken, and
+		// holding on keeps anyone else from starting while ours may run.
+		d := Decision{Pods: PodsStop, Phase: PhaseStopping, Wake: f.Now.Add(stopPollInterval)}
+		if f.Term != nil && !f.Now.Before(f.Term.RenewDue) {
+			d.Call = CallRenew
+		}
+		return d
+
+	case f.Term != nil || f.RecoverToken > 0 || f.ReleaseToken > 0:
+		// Nothing runs any more: give the lease up.
+		return Decision{Call: CallRelease, Wake: f.Now}
+
+	case f.Deleting:
+		return Decision{RemoveFinalizer: true}
+
+	case f.Invalid, f.Cordoned:
+		// Wait for the spec to change or the cordon to lift; both wake us.
+		return Decision{}
+	}
+	return Decision{Call: CallAcquire}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
