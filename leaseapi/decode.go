@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -58,8 +59,16 @@ func describeJSONError(err error) error {
 		}
 		return &FieldError{Field: field, Reason: fmt.Sprintf("must be a JSON %s, got %s", typeErr.Type, typeErr.Value)}
 	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return &FieldError{Field: strings.Trim(name, `"`), Reason: "unknown field"}
+	if quoted, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name, uerr := strconv.Unquote(quoted)
+		if uerr != nil {
+			name = quoted
+		}
+		if name == "" {
+			// An empty key cannot name itself; say which key it was.
+			return &FieldError{Field: "body", Reason: `unknown field ""`}
+		}
+		return &FieldError{Field: name, Reason: "unknown field"}
 	}
 	return &FieldError{Field: "body", Reason: err.Error()}
 }

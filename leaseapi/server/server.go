@@ -100,7 +100,20 @@ func (s *Server) routes() http.Handler {
 		mux.Handle(pattern, s.serve(pattern, byPattern[pattern]))
 	}
 	mux.Handle("/", s.serve("unmatched", nil))
-	return mux
+	return withRequestID(mux)
+}
+
+type requestIDKey struct{}
+
+// withRequestID sets the request id before routing, so that the answers the
+// mux writes itself (redirects of unclean paths such as "//" or "..") carry
+// it too; serve reuses the same id.
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := requestID(r)
+		w.Header().Set(leaseapi.RequestIDHeader, id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	})
 }
 
 // serve answers the requests of one path pattern: it sets the request id,
@@ -208,6 +221,9 @@ var validRequestID = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 
 // requestID keeps a caller's well-formed X-Request-Id, or makes one.
 func requestID(r *http.Request) string {
+	if id, ok := r.Context().Value(requestIDKey{}).(string); ok {
+		return id
+	}
 	if id := r.Header.Get(leaseapi.RequestIDHeader); validRequestID.MatchString(id) {
 		return id
 	}
@@ -233,4 +249,3 @@ func (r *recorder) Write(b []byte) (int, error) {
 	r.bytes += n
 	return n, err
 }
-
