@@ -8,6 +8,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	sigsjson "sigs.k8s.io/json"
 )
 
 // ErrBodyTooLarge is returned by Decode for a body over MaxBodyBytes.
@@ -37,7 +39,32 @@ func DecodeBytes(body []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return &FieldError{Field: "body", Reason: "must hold exactly one JSON value"}
 	}
+	// encoding/json matches keys case-insensitively and keeps the last of
+	// duplicate keys; the wire contract takes neither.
+	strictErrs, err := sigsjson.UnmarshalStrict(body, v)
+	if err != nil {
+		return &FieldError{Field: "body", Reason: err.Error()}
+	}
+	if len(strictErrs) > 0 {
+		return describeStrictError(strictErrs[0])
+	}
 	return nil
+}
+
+// describeStrictError names the field of an "unknown field" or "duplicate
+// field" error of sigs.k8s.io/json.
+func describeStrictError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	for _, kind := range []string{"unknown field", "duplicate field"} {
+		if quoted, ok := strings.CutPrefix(msg, kind+" "); ok {
+			name, uerr := strconv.Unquote(quoted)
+			if uerr != nil || name == "" {
+				return &FieldError{Field: "body", Reason: msg}
+			}
+			return &FieldError{Field: name, Reason: kind}
+		}
+	}
+	return &FieldError{Field: "body", Reason: msg}
 }
 
 func describeJSONError(err error) error {

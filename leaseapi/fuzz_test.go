@@ -232,6 +232,8 @@ func TestDecodeNamesField(t *testing.T) {
 		"array instead of object":    {body: `[{"holder":"a"}]`, into: acquire, wantField: "body"},
 		"unknown field":              {body: `{"holder":"a","ttl":5}`, into: acquire, wantField: "ttl"},
 		"unknown field with a quote": {body: `{"holder":"a","t\"l":5}`, into: acquire, wantField: `t"l`},
+		"key in another case":        {body: `{"HOLDER":"a","ttlSeconds":5}`, into: acquire, wantField: "HOLDER"},
+		"duplicate key":              {body: `{"holder":"a","holder":"b","ttlSeconds":5}`, into: acquire, wantField: "holder"},
 		"unknown empty field":        {body: `{"":5}`, into: acquire, wantField: "body"},
 		"ttlSeconds as a string":     {body: `{"holder":"a","ttlSeconds":"5"}`, into: acquire, wantField: "ttlSeconds"},
 		"ttlSeconds over int32":      {body: `{"holder":"a","ttlSeconds":2147483648}`, into: acquire, wantField: "ttlSeconds"},

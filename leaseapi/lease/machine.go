@@ -87,18 +87,19 @@ func DecideRenew(cur store.Lease, holder string, token int32, ttl time.Duration,
 	return Decision{Next: visible(cur, now), Outcome: OutcomeLost}
 }
 
-// DecideRelease decides a release. Releasing a free lease (never seen,
-// released, or swept) succeeds without a write; releasing the caller's own
-// term, even one that expired but was not yet swept, frees it and keeps the
-// token; anything else is ErrNotHolder.
-func DecideRelease(cur store.Lease, holder string, token int32) (Decision, error) {
+// DecideRelease decides a release at now. Releasing the caller's own term,
+// even one that expired but was not yet swept, frees it and keeps the token.
+// Releasing a free lease (never seen, released, or expired) succeeds without a
+// write, whether or not the sweep has run. Anything else is ErrNotHolder.
+func DecideRelease(cur store.Lease, holder string, token int32, now time.Time) (Decision, error) {
+	own := cur.Holder == holder && cur.FencingToken == token
 	switch {
-	case cur.Holder == "":
-		return Decision{Next: cur, Outcome: OutcomeReleased}, nil
-	case cur.Holder != holder || cur.FencingToken != token:
-		return Decision{Next: cur, Outcome: OutcomeConflict}, ErrNotHolder
+	case cur.Holder != "" && own:
+		return Decision{Next: free(cur), Write: true, Outcome: OutcomeReleased}, nil
+	case !cur.Held(now):
+		return Decision{Next: visible(cur, now), Outcome: OutcomeReleased}, nil
 	}
-	return Decision{Next: free(cur), Write: true, Outcome: OutcomeReleased}, nil
+	return Decision{Next: cur, Outcome: OutcomeConflict}, ErrNotHolder
 }
 
 // DecideExpire frees a lease whose term has ended, so that lists and metrics

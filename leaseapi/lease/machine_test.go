@@ -284,15 +284,18 @@ func TestDecideRelease(t *testing.T) {
 			want:    Decision{Next: heldBy("a/x", live), Outcome: OutcomeConflict},
 			wantErr: ErrNotHolder,
 		},
-		"held by other, expired but not swept: not holder": {
+		"held by other, expired but not swept: free, released without a write": {
 			cur: heldBy("b", t0.Add(-time.Hour)), holder: "a", token: 3,
-			want:    Decision{Next: heldBy("b", t0.Add(-time.Hour)), Outcome: OutcomeConflict},
-			wantErr: ErrNotHolder,
+			want: Decision{Next: freed(heldBy("b", t0.Add(-time.Hour))), Outcome: OutcomeReleased},
+		},
+		"held by other, expiring exactly now: free": {
+			cur: heldBy("b", t0), holder: "a", token: 3,
+			want: Decision{Next: freed(heldBy("b", t0)), Outcome: OutcomeReleased},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := DecideRelease(tc.cur, tc.holder, tc.token)
+			got, err := DecideRelease(tc.cur, tc.holder, tc.token, t0)
 			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
 				t.Fatalf("error = %v, want %v", err, tc.wantErr)
 			}
@@ -454,7 +457,7 @@ func FuzzMachine(f *testing.F) {
 				d = DecideRenew(cur, holder, token, opTTL, now)
 			case 2:
 				name = "release"
-				d, err = DecideRelease(cur, holder, token)
+				d, err = DecideRelease(cur, holder, token, now)
 			case 3:
 				name = "expire"
 				d = DecideExpire(cur, now)
@@ -530,10 +533,12 @@ func FuzzMachine(f *testing.F) {
 				}
 			}
 
-			// Release, expiry and grace keep the token; release and expiry free.
+			// Release, expiry and grace keep the token; release and expiry
+			// leave no live holder (a release of an expired term need not
+			// write: the lease already reads as free).
 			switch d.Outcome {
 			case OutcomeReleased, OutcomeExpired:
-				if next.Holder != "" {
+				if next.Held(now) {
 					step("%s left holder %q", d.Outcome, next.Holder)
 				}
 				if d.Outcome == OutcomeExpired && cur.Held(now) {
@@ -544,8 +549,11 @@ func FuzzMachine(f *testing.F) {
 					step("grace moved or shortened the lease")
 				}
 			}
-			if op == 2 && err == nil && cur.Holder != "" && (cur.Holder != holder || cur.FencingToken != token) {
-				step("release by a non-holder succeeded")
+			if op == 2 && err == nil && cur.Held(now) && (cur.Holder != holder || cur.FencingToken != token) {
+				step("release of a live lease by a non-holder succeeded")
+			}
+			if op == 2 && d.Write && (cur.Holder != holder || cur.FencingToken != token) {
+				step("release by a non-holder wrote")
 			}
 			if op == 2 && err != nil && !errors.Is(err, ErrNotHolder) {
 				step("release failed with %v", err)

@@ -82,8 +82,9 @@ func (s *Service) Renew(ctx context.Context, key leaseapi.Key, holder string, to
 
 // Release frees the lease if holder holds it with token.
 func (s *Service) Release(ctx context.Context, key leaseapi.Key, holder string, token int32) (Decision, error) {
+	now := s.now()
 	return s.updateLease(ctx, key, func(cur store.Lease) (Decision, error) {
-		return DecideRelease(cur, holder, token)
+		return DecideRelease(cur, holder, token, now)
 	})
 }
 
