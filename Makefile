@@ -13,7 +13,8 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := \
 	./leaseapi:FuzzDecode \
 	./leaseapi:FuzzParseKey \
-	./leaseapi/lease:FuzzMachine
+	./leaseapi/lease:FuzzMachine \
+	./reconciler:FuzzDecide
 
 .DEFAULT_GOAL := help
 
@@ -36,7 +37,7 @@ build: ## Build berth-leaseapi, berth-agent and berthctl into bin/.
 generate: $(TOOLS_BIN)/controller-gen ## Generate deepcopy, CRDs and RBAC from the kubebuilder markers.
 	$(TOOLS_BIN)/controller-gen object paths=./api/...
 	$(TOOLS_BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=deploy/crd
-	$(TOOLS_BIN)/controller-gen rbac:roleName=berth-agent paths=./reconciler/... paths=./fleet/... paths=./admission/... output:rbac:artifacts:config=deploy/rbac
+	$(TOOLS_BIN)/controller-gen rbac:roleName=berth-agent paths=./... output:rbac:artifacts:config=deploy/rbac
 
 .PHONY: verify-gen
 verify-gen: generate ## Fail when generated files are stale.

@@ -6,7 +6,7 @@ import (
 
 // BerthLeaseSpec names the lease a workload runs under and its timing.
 //
-// +kubebuilder:validation:XValidation:rule="self.heartbeatIntervalSeconds * 3 <= self.ttlSeconds",message="heartbeatIntervalSeconds must be at most a third of ttlSeconds, so that a renewal can fail and be retried, and Pods be stopped, before the lease runs out"
+// +kubebuilder:validation:XValidation:rule="!has(self.heartbeatIntervalSeconds) || !has(self.ttlSeconds) || self.heartbeatIntervalSeconds * 3 <= self.ttlSeconds",message="heartbeatIntervalSeconds must be at most a third of ttlSeconds, so that a renewal can fail and be retried, and Pods be stopped, before the lease runs out"
 type BerthLeaseSpec struct {
 	// LeaseName is the lease's name at the lease API; the key is
 	// {namespace of this BerthLease}/{leaseName}. Defaults to this object's name.

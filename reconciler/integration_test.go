@@ -1,0 +1,406 @@
+package reconciler_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/leaseapi/client"
+	"github.com/berthfleet/berth/leaseapi/lease"
+	"github.com/berthfleet/berth/leaseapi/server"
+	"github.com/berthfleet/berth/leaseapi/store/sqlite"
+	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/kubeenv"
+)
+
+const (
+	namespace = "payments"
+	leaseName = "exporter"
+	ttl       = 9 // seconds
+	heartbeat = 3 // seconds
+)
+
+var scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = berthv1alpha1.AddToScheme(s)
+	return s
+}()
+
+// faultyLeases passes calls to the real lease API client unless cut off,
+// when every call hangs until its context ends, as against a partitioned
+// or hung server.
+type faultyLeases struct {
+	reconciler.LeaseClient
+	cut atomic.Bool
+}
+
+func (f *faultyLeases) hang(ctx context.Context) error {
+	<-ctx.Done()
+	return fmt.Errorf("lease API unreachable (injected): %w", ctx.Err())
+}
+
+func (f *faultyLeases) Acquire(ctx context.Context, ns, name, holder string, ttl time.Duration) (client.AcquireResult, error) {
+	if f.cut.Load() {
+		return client.AcquireResult{}, f.hang(ctx)
+	}
+	return f.LeaseClient.Acquire(ctx, ns, name, holder, ttl)
+}
+
+func (f *faultyLeases) Renew(ctx context.Context, ns, name, holder string, token int32, ttl time.Duration) (client.AcquireResult, error) {
+	if f.cut.Load() {
+		return client.AcquireResult{}, f.hang(ctx)
+	}
+	return f.LeaseClient.Renew(ctx, ns, name, holder, token, ttl)
+}
+
+func (f *faultyLeases) Release(ctx context.Context, ns, name, holder string, token int32) error {
+	if f.cut.Load() {
+		return f.hang(ctx)
+	}
+	return f.LeaseClient.Release(ctx, ns, name, holder, token)
+}
+
+// member is one cluster of the test fleet with its agent.
+type member struct {
+	name   string
+	client ctrlclient.Client
+	leases *faultyLeases
+}
+
+func startLeaseAPI(t *testing.T) *client.Client {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "leases.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	srv := server.New(server.Config{Service: lease.NewService(st, lease.Options{}), Store: st,
+		Auth: server.NewAuthenticator(nil, false, nil), Log: logr.Discard()})
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	c, err := client.New(client.Config{URL: ts.URL, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startMember installs the CRD in the cluster and runs an agent for it.
+func startMember(t *testing.T, c *kubeenv.Cluster, leases reconciler.LeaseClient) *member {
+	t.Helper()
+	cfg := c.RESTConfig()
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{filepath.Join("..", "deploy", "crd")}, Scheme: scheme}); err != nil {
+		t.Fatalf("%s: install CRDs: %v", c.Name, err)
+	}
+	managed, err := labels.Parse(reconciler.ManagedLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Logger:                 testr.NewWithOptions(t, testr.Options{Verbosity: 1}).WithValues("cluster", c.Name),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:                  cache.Options{ByObject: map[ctrlclient.Object]cache.ByObject{&corev1.Pod{}: {Label: managed}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &member{name: c.Name, client: mgr.GetClient(), leases: &faultyLeases{LeaseClient: leases}}
+	r := &reconciler.BerthLeaseReconciler{
+		Log:              mgr.GetLogger().WithName("berthlease"),
+		LeaseClient:      m.leases,
+		ClusterIdentity:  c.Name,
+		ManagedWorkloads: true,
+		CallTimeout:      2 * time.Second,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("%s: manager: %v", c.Name, err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return m
+}
+
+// applyWorkload creates the BerthLease and a Deployment of managed Pods, as
+// GitOps would in every cluster. Admission is not part of this test, so the
+// Pod template carries the gate and the UID label itself.
+func (m *member) applyWorkload(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	if err := m.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	bl := &berthv1alpha1.BerthLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: leaseName},
+		Spec:       berthv1alpha1.BerthLeaseSpec{TTLSeconds: ttl, HeartbeatIntervalSeconds: heartbeat},
+	}
+	if err := m.client.Create(ctx, bl); err != nil {
+		t.Fatalf("%s: create BerthLease: %v", m.name, err)
+	}
+	podLabels := map[string]string{"app": leaseName, reconciler.ManagedLease: leaseName, reconciler.ManagedUID: string(bl.UID)}
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: leaseName},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": leaseName}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec: corev1.PodSpec{
+					SchedulingGates: []corev1.PodSchedulingGate{{Name: reconciler.SchedulingGate}},
+					Containers:      []corev1.Container{{Name: "exporter", Image: "registry.k8s.io/pause:3.10"}},
+				},
+			},
+		},
+	}
+	if err := m.client.Create(ctx, deploy); err != nil {
+		t.Fatalf("%s: create Deployment: %v", m.name, err)
+	}
+}
+
+// podState is what one look at a cluster's managed Pods saw.
+type podState struct {
+	ungated int // ungated Pods that exist (running or terminating)
+	running int // ungated Pods reported Running
+	gated   int
+	tokens  []int32
+}
+
+func (m *member) pods(ctx context.Context) (podState, error) {
+	var s podState
+	list := &corev1.PodList{}
+	if err := m.client.List(ctx, list, ctrlclient.InNamespace(namespace), ctrlclient.MatchingLabels{reconciler.ManagedLease: leaseName}); err != nil {
+		return s, err
+	}
+	for _, p := range list.Items {
+		if slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == reconciler.SchedulingGate }) {
+			s.gated++
+			continue
+		}
+		s.ungated++
+		if p.Status.Phase == corev1.PodRunning {
+			s.running++
+		}
+		if tok, err := strconv.ParseInt(p.Annotations[reconciler.AnnotationFencingToken], 10, 32); err == nil {
+			s.tokens = append(s.tokens, int32(tok))
+		}
+	}
+	return s, nil
+}
+
+// history records, every 100ms, which clusters had ungated Pods, and fails
+// the test at once if two did at the same look.
+type history struct {
+	mu     sync.Mutex
+	tokens []int32 // every distinct token seen on an ungated Pod, in order
+	holder []string
+}
+
+func (h *history) record(t *testing.T, ctx context.Context, members []*member) {
+	for {
+		var withPods []string
+		for _, m := range members {
+			s, err := m.pods(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				continue
+			}
+			if s.ungated > 0 {
+				withPods = append(withPods, m.name)
+			}
+			h.mu.Lock()
+			for _, tok := range s.tokens {
+				if n := len(h.tokens); n == 0 || h.tokens[n-1] != tok {
+					h.tokens = append(h.tokens, tok)
+					h.holder = append(h.holder, m.name)
+				}
+			}
+			h.mu.Unlock()
+		}
+		if len(withPods) > 1 {
+			t.Errorf("clusters %v had ungated Pods at the same time", withPods)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// eventually polls cond until it holds or timeout passes, and returns how long it took.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			t.Fatalf("%s: not within %s", what, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// runner returns the one member running both replicas, or nil.
+func runner(t *testing.T, members []*member) *member {
+	var found *member
+	for _, m := range members {
+		s, err := m.pods(t.Context())
+		if err != nil {
+			return nil
+		}
+		if s.running == 2 && s.ungated == 2 {
+			if found != nil {
+				return nil
+			}
+			found = m
+		}
+	}
+	return found
+}
+
+func status(t *testing.T, m *member) berthv1alpha1.BerthLeaseStatus {
+	bl := &berthv1alpha1.BerthLease{}
+	if err := m.client.Get(t.Context(), ctrlclient.ObjectKey{Namespace: namespace, Name: leaseName}, bl); err != nil {
+		return berthv1alpha1.BerthLeaseStatus{}
+	}
+	return bl.Status
+}
+
+func TestTwoClustersOneLease(t *testing.T) {
+	env := kubeenv.StartForTest(t, kubeenv.Options{Clusters: 2})
+	leases := startLeaseAPI(t)
+	var members []*member
+	for _, c := range env.Clusters {
+		members = append(members, startMember(t, c, leases))
+	}
+	for _, m := range members {
+		m.applyWorkload(t)
+	}
+	ctx, stopRecording := context.WithCancel(context.Background())
+	h := &history{}
+	recorded := make(chan struct{})
+	go func() { defer close(recorded); h.record(t, ctx, members) }()
+	defer func() { stopRecording(); <-recorded }()
+
+	// 1. Both race for the lease: exactly one runs, the other stays gated.
+	var holder *member
+	took := eventually(t, 60*time.Second, "one cluster runs the workload", func() bool {
+		holder = runner(t, members)
+		return holder != nil
+	})
+	t.Logf("%s runs the workload %s after the race began", holder.name, took.Round(time.Millisecond))
+	other := members[0]
+	if other == holder {
+		other = members[1]
+	}
+	eventually(t, 20*time.Second, "the waiting cluster reports held-by-other", func() bool {
+		c := apimeta.FindStatusCondition(status(t, other).Conditions, reconciler.ConditionAcquired)
+		return c != nil && c.Reason == reconciler.ReasonHeldByOther
+	})
+	if s, _ := other.pods(t.Context()); s.gated != 2 || s.ungated != 0 {
+		t.Fatalf("%s: %+v, want both Pods gated", other.name, s)
+	}
+	if st := status(t, holder); st.LeaseState != reconciler.StateHeld || st.Phase != reconciler.PhaseActive || st.RunningPods != 2 {
+		t.Errorf("%s status: state %q phase %q running %d, want held, Active, 2", holder.name, st.LeaseState, st.Phase, st.RunningPods)
+	}
+	time.Sleep(2 * heartbeat * time.Second) // it stays that way over renewals
+	if runner(t, members) != holder {
+		t.Fatalf("the workload moved away from %s without a fault", holder.name)
+	}
+
+	// 2. The holder is cut off from the lease API: it stops its Pods before
+	// its TTL runs out, then the other cluster takes over.
+	cutAt := time.Now()
+	holder.leases.cut.Store(true)
+	stopped := eventually(t, ttl*time.Second, "the cut-off holder stops its Pods", func() bool {
+		s, err := holder.pods(t.Context())
+		return err == nil && s.ungated == 0
+	})
+	t.Logf("%s stopped its Pods %s after it was cut off (TTL %ds)", holder.name, stopped.Round(time.Millisecond), ttl)
+	if c := apimeta.FindStatusCondition(status(t, holder).Conditions, reconciler.ConditionHeartbeatHealthy); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("%s: HeartbeatHealthy %+v, want False", holder.name, c)
+	}
+	eventually(t, 30*time.Second, "the other cluster takes over", func() bool { return runner(t, members) == other })
+	t.Logf("%s took over %s after the holder was cut off", other.name, time.Since(cutAt).Round(time.Millisecond))
+
+	// The old holder comes back: it finds the lease lost and stays gated.
+	holder.leases.cut.Store(false)
+	eventually(t, 20*time.Second, "the old holder sees the lease held by the other", func() bool {
+		st := status(t, holder)
+		return st.LeaseState == reconciler.StateWaiting && st.CurrentHolder == other.name
+	})
+	eventually(t, 20*time.Second, "the old holder's Pods come back gated", func() bool {
+		s, err := holder.pods(t.Context())
+		return err == nil && s.gated == 2 && s.ungated == 0
+	})
+
+	// 3. The BerthLease is deleted in the new holder: it stops its Pods,
+	// releases, lets the object go, and the first cluster takes over.
+	bl := &berthv1alpha1.BerthLease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: leaseName}}
+	deletedAt := time.Now()
+	if err := other.client.Delete(t.Context(), bl); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the deleted BerthLease is gone", func() bool {
+		err := other.client.Get(t.Context(), ctrlclient.ObjectKeyFromObject(bl), &berthv1alpha1.BerthLease{})
+		return apierrors.IsNotFound(err)
+	})
+	if s, _ := other.pods(t.Context()); s.ungated != 0 {
+		t.Errorf("%s: %d ungated Pods after its BerthLease was deleted", other.name, s.ungated)
+	}
+	eventually(t, 30*time.Second, "the first cluster takes over after the release", func() bool { return runner(t, members) == holder })
+	t.Logf("%s took over %s after the BerthLease was deleted in %s", holder.name, time.Since(deletedAt).Round(time.Millisecond), other.name)
+
+	// Tokens on ungated Pods strictly increase across the takeovers.
+	stopRecording()
+	<-recorded
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t.Logf("tokens seen on ungated Pods: %v by %v", h.tokens, h.holder)
+	if len(h.tokens) < 3 {
+		t.Fatalf("saw tokens %v, want three terms", h.tokens)
+	}
+	for i := 1; i < len(h.tokens); i++ {
+		if h.tokens[i] <= h.tokens[i-1] {
+			t.Errorf("token %d after %d: tokens on Pods must strictly increase", h.tokens[i], h.tokens[i-1])
+		}
+	}
+}
