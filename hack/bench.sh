@@ -27,8 +27,11 @@ trap cleanup EXIT
 echo "bench: berth-leaseapi (sqlite) on $ADDR, logs in $work; $(nproc) cores, $(go version | cut -d' ' -f3)"
 "$BIN/berth-leaseapi" --listen "$ADDR" --metrics-listen "" --sqlite-path "$work/leases.db" 2>"$work/server.log" &
 server_pid=$!
-
-median() { sort -n | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
+for _ in $(seq 100); do
+	curl -sf "http://$ADDR/readyz" >/dev/null && break
+	sleep 0.1
+done
+curl -sf "http://$ADDR/readyz" >/dev/null || { echo "bench: berth-leaseapi did not become ready"; cat "$work/server.log"; exit 1; }
 
 run_series() { # name rate
 	local name=$1 rate=$2 i
@@ -36,7 +39,7 @@ run_series() { # name rate
 	for i in $(seq "$RUNS"); do
 		echo "bench: $name run $i/$RUNS" >&2
 		"$BIN/load" --url "http://$ADDR" --holders "$HOLDERS" --rate "$rate" --duration "$DURATION" \
-			--namespace "$name-$i" --json 2>/dev/null >>"$work/$name"
+			--namespace "$name-$i" --json 2>>"$work/load.log" >>"$work/$name"
 	done
 }
 
