@@ -81,9 +81,11 @@ type BerthLeaseReconciler struct {
 	// CallTimeout bounds each lease API call and cleanup step
 	// (DefaultCallTimeout).
 	CallTimeout time.Duration
-	// Cordoned, when set, reports whether this cluster is cordoned at the
-	// lease API; a cordoned cluster hands its leases over.
-	Cordoned func() bool
+	// Membership, when set, says whether the fleet asks this cluster to hand
+	// its leases over and take none (cordoned at the lease API, registration
+	// refused), with a condition reason and message; an empty reason means
+	// it may hold leases. package fleet's Registrar provides it.
+	Membership func() (reason, message string)
 
 	mu     sync.Mutex
 	memory map[types.UID]*memory

@@ -25,6 +25,8 @@ type observation struct {
 	heartbeat time.Duration
 	// specErr explains Facts.Invalid.
 	specErr error
+	// yieldReason and yieldMessage explain Facts.Cordoned.
+	yieldReason, yieldMessage string
 	// running are ungated, unfinished managed Pods; gated are this
 	// BerthLease's Pods waiting behind the gate.
 	running, gated []corev1.Pod
@@ -68,6 +70,9 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 			podsUnknown = true
 		}
 	}
+	if r.Membership != nil {
+		p.yieldReason, p.yieldMessage = r.Membership()
+	}
 	now := r.Clock.Now()
 	if t := mem.term; t != nil && !now.Before(t.Deadline) && !mem.selfFenced {
 		mem.selfFenced = true
@@ -77,7 +82,7 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 		Now:          now,
 		Deleting:     !bl.DeletionTimestamp.IsZero(),
 		Invalid:      p.specErr != nil,
-		Cordoned:     r.Cordoned != nil && r.Cordoned(),
+		Cordoned:     p.yieldReason != "",
 		Term:         mem.term,
 		RecoverToken: mem.recoverToken,
 		ReleaseToken: mem.releaseToken,

@@ -41,6 +41,8 @@ type statusInput struct {
 	mem        memory
 	specErr    error
 	managed    int
+	// yieldReason and yieldMessage say why the fleet asks for a handover.
+	yieldReason, yieldMessage string
 }
 
 // computeStatus is the status the facts describe. It is pure: conditions keep
@@ -93,7 +95,10 @@ func acquiredCondition(in statusInput) metav1.Condition {
 	case f.Deleting:
 		c.Reason, c.Message = ReasonDeleting, "the BerthLease is being deleted; the lease is given up"
 	case f.Cordoned:
-		c.Reason, c.Message = ReasonCordoned, "this cluster is cordoned at the lease API; it takes no leases until uncordoned"
+		c.Reason, c.Message = in.yieldReason, in.yieldMessage
+		if c.Reason == "" {
+			c.Reason, c.Message = ReasonCordoned, "this cluster is cordoned at the lease API; it takes no leases until uncordoned"
+		}
 	case mem.apiErr != nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonLeaseAPIUnreachable, mem.apiErr.Error()
 	case mem.observed.Holder != "" && mem.observed.Holder != in.holder:
@@ -167,6 +172,7 @@ func (r *BerthLeaseReconciler) writeStatus(ctx context.Context, bl *berthv1alpha
 		st = computeStatus(old, statusInput{
 			generation: bl.Generation, holder: p.holder, facts: p.facts, decision: d,
 			mem: *mem, specErr: p.specErr, managed: p.managed,
+			yieldReason: p.yieldReason, yieldMessage: p.yieldMessage,
 		})
 		if equality.Semantic.DeepEqual(st, old) {
 			return nil
