@@ -1,0 +1,208 @@
+// Package history records which cluster of a test fleet ran a lease's
+// managed Pods when, and with which fencing token, and checks the record for
+// Berth's promise: never two clusters at once, tokens strictly increasing
+// across holders.
+//
+// A Recorder looks at every cluster's managed Pods at a fixed interval, all
+// clusters in one sweep. A Pod counts as possibly running from the moment it
+// is ungated until it is gone (terminating Pods count), which is stricter
+// than what its containers do.
+package history
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/berthfleet/berth/reconciler"
+)
+
+// Sweep is one look at every cluster.
+type Sweep struct {
+	At time.Time
+	// Ungated counts, per cluster, the ungated managed Pods that exist.
+	Ungated map[string]int
+	// Running counts, per cluster, the ungated Pods reported Running.
+	Running map[string]int
+	// Tokens are the fencing tokens on ungated Pods, per cluster.
+	Tokens map[string][]int32
+}
+
+// Holders lists the clusters with ungated Pods in this sweep.
+func (s Sweep) Holders() []string {
+	var out []string
+	for c, n := range s.Ungated {
+		if n > 0 {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Recorder records sweeps until stopped.
+type Recorder struct {
+	clusters  map[string]ctrlclient.Reader
+	namespace string
+	lease     string
+	interval  time.Duration
+
+	mu     sync.Mutex
+	sweeps []Sweep
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+// Start records the managed Pods of lease (a BerthLease name) in namespace of
+// every cluster, every interval.
+func Start(clusters map[string]ctrlclient.Reader, namespace, lease string, interval time.Duration) *Recorder {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Recorder{clusters: clusters, namespace: namespace, lease: lease, interval: interval, stop: cancel, done: make(chan struct{})}
+	go r.run(ctx)
+	return r
+}
+
+func (r *Recorder) run(ctx context.Context) {
+	defer close(r.done)
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		if s, ok := r.sweep(ctx); ok {
+			r.mu.Lock()
+			r.sweeps = append(r.sweeps, s)
+			r.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sweep looks at every cluster; a cluster that cannot be read (it may be
+// down) is left out of the sweep.
+func (r *Recorder) sweep(ctx context.Context) (Sweep, bool) {
+	s := Sweep{At: time.Now(), Ungated: map[string]int{}, Running: map[string]int{}, Tokens: map[string][]int32{}}
+	for name, c := range r.clusters {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		pods := &corev1.PodList{}
+		err := c.List(lctx, pods, ctrlclient.InNamespace(r.namespace), ctrlclient.MatchingLabels{reconciler.ManagedLease: r.lease})
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return s, false
+			}
+			continue
+		}
+		for _, p := range pods.Items {
+			if slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == reconciler.SchedulingGate }) {
+				continue
+			}
+			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			s.Ungated[name]++
+			if p.Status.Phase == corev1.PodRunning {
+				s.Running[name]++
+			}
+			if tok, err := strconv.ParseInt(p.Annotations[reconciler.AnnotationFencingToken], 10, 32); err == nil {
+				s.Tokens[name] = append(s.Tokens[name], int32(tok))
+			}
+		}
+	}
+	return s, true
+}
+
+// Snapshot returns the sweeps so far.
+func (r *Recorder) Snapshot() History {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return History(slices.Clone(r.sweeps))
+}
+
+// Stop ends the recording and returns it.
+func (r *Recorder) Stop() History {
+	r.stop()
+	<-r.done
+	return r.Snapshot()
+}
+
+// History is a recording.
+type History []Sweep
+
+// Overlaps describes every sweep in which more than one cluster had ungated
+// Pods.
+func (h History) Overlaps() []string {
+	var out []string
+	for _, s := range h {
+		if holders := s.Holders(); len(holders) > 1 {
+			out = append(out, fmt.Sprintf("%s: %s", s.At.Format("15:04:05.000"), strings.Join(holders, " and ")))
+		}
+	}
+	return out
+}
+
+// Term is one holder's run as the history saw it.
+type Term struct {
+	Cluster     string
+	Token       int32
+	First, Last time.Time
+}
+
+// Terms lists the runs in order: a new term starts whenever the token on the
+// ungated Pods changes.
+func (h History) Terms() []Term {
+	var out []Term
+	for _, s := range h {
+		for _, c := range s.Holders() {
+			for _, tok := range s.Tokens[c] {
+				if n := len(out); n > 0 && out[n-1].Cluster == c && out[n-1].Token == tok {
+					out[n-1].Last = s.At
+					continue
+				}
+				out = append(out, Term{Cluster: c, Token: tok, First: s.At, Last: s.At})
+			}
+		}
+	}
+	return out
+}
+
+// Check returns what breaks Berth's promise in the history: overlapping
+// clusters, or a term whose token does not exceed the previous term's.
+func (h History) Check() error {
+	var problems []string
+	for _, o := range h.Overlaps() {
+		problems = append(problems, "two clusters ran at once at "+o)
+	}
+	terms := h.Terms()
+	for i := 1; i < len(terms); i++ {
+		if terms[i].Token <= terms[i-1].Token && terms[i].Cluster != terms[i-1].Cluster {
+			problems = append(problems, fmt.Sprintf("%s ran with token %d after %s with token %d", terms[i].Cluster, terms[i].Token, terms[i-1].Cluster, terms[i-1].Token))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("history breaks the promise:\n%s", strings.Join(problems, "\n"))
+	}
+	return nil
+}
+
+// Runner returns the one cluster running want Pods in the last sweep, or "".
+func (h History) Runner(want int) string {
+	if len(h) == 0 {
+		return ""
+	}
+	last := h[len(h)-1]
+	holders := last.Holders()
+	if len(holders) == 1 && last.Running[holders[0]] == want && last.Ungated[holders[0]] == want {
+		return holders[0]
+	}
+	return ""
+}
