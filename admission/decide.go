@@ -1,0 +1,246 @@
+package admission
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/berthfleet/berth/reconciler"
+)
+
+// Reason says why admission allowed, denied or changed a request. Reasons are the values of
+// the reason label of berth_admission_decisions_total, so there are few of them.
+type Reason string
+
+// Reasons for allowing.
+const (
+	// ReasonUnmanaged: neither the old nor the new Pod is Berth's.
+	ReasonUnmanaged Reason = "Unmanaged"
+	// ReasonValid: a Berth Pod that breaks no rule.
+	ReasonValid Reason = "Valid"
+	// ReasonOperator: a change only the operator (the Berth agent) may make, made by it.
+	ReasonOperator Reason = "OperatorUser"
+)
+
+// Reasons for denying, in the order Decide checks them.
+const (
+	ReasonUIDWithoutLease  Reason = "UIDWithoutLease"
+	ReasonGateMissing      Reason = "GateMissing"
+	ReasonNodeNameSet      Reason = "NodeNameSet"
+	ReasonLeaseNotFound    Reason = "LeaseNotFound"
+	ReasonLeaseUIDMismatch Reason = "LeaseUIDMismatch"
+	ReasonGateRemoved      Reason = "GateRemoved"
+	ReasonMadeManaged      Reason = "MadeManaged"
+	ReasonLeaseLabelChange Reason = "LeaseLabelChanged"
+	ReasonUIDLabelChange   Reason = "UIDLabelChanged"
+	ReasonTermChange       Reason = "TermAnnotationChanged"
+)
+
+// Reasons for mutating.
+const (
+	// ReasonStamped: the mutating webhook added the gate, the UID label, or both.
+	ReasonStamped Reason = "Stamped"
+	// ReasonLookupFailed: the BerthLease could not be read; the request fails closed.
+	ReasonLookupFailed Reason = "LeaseLookupFailed"
+	// ReasonBadRequest: the request could not be decoded.
+	ReasonBadRequest Reason = "BadRequest"
+)
+
+// Lease is what admission knows of the BerthLease a Pod names, read before deciding.
+type Lease struct {
+	// Found is false when no BerthLease of that name exists in the Pod's namespace.
+	Found bool
+	UID   types.UID
+}
+
+// Decision is the outcome of a validation. A denial carries every rule the request breaks;
+// Reason is the first of them.
+type Decision struct {
+	Allowed bool
+	Reason  Reason
+	Message string
+}
+
+// violation is one broken rule.
+type violation struct {
+	reason Reason
+	what   string
+}
+
+func decide(pod string, allow Reason, vs []violation) Decision {
+	if len(vs) == 0 {
+		return Decision{Allowed: true, Reason: allow}
+	}
+	msgs := make([]string, len(vs))
+	for i, v := range vs {
+		msgs[i] = v.what
+	}
+	return Decision{
+		Reason:  vs[0].reason,
+		Message: fmt.Sprintf("berth: Pod %s denied: %s", pod, strings.Join(msgs, "; ")),
+	}
+}
+
+// berths reports whether the Pod carries any of Berth's marks: a managed label or the gate.
+// Those are the Pods the webhooks' match conditions send (see Manifests).
+func berths(pod *corev1.Pod) bool {
+	if pod == nil {
+		return false
+	}
+	_, lease := pod.Labels[reconciler.ManagedLease]
+	_, uid := pod.Labels[reconciler.ManagedUID]
+	return lease || uid || gated(pod)
+}
+
+func gated(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == reconciler.SchedulingGate
+	})
+}
+
+// podName names a Pod in messages: namespace/name, or namespace/generateName* before the
+// API server has named it.
+func podName(namespace string, pod *corev1.Pod) string {
+	if pod.Namespace != "" {
+		namespace = pod.Namespace
+	}
+	name := pod.Name
+	if name == "" && pod.GenerateName != "" {
+		name = pod.GenerateName + "*"
+	}
+	return namespace + "/" + name
+}
+
+// DecideCreate decides a Pod's creation, by anyone. A Pod is managed when it carries the
+// label reconciler.ManagedLease; lease is the BerthLease that label names. A managed Pod
+// must be created gated, not bound to a node, and stamped with the UID of the existing
+// BerthLease it names. Pods that are not managed are allowed.
+func DecideCreate(namespace string, pod *corev1.Pod, lease Lease) Decision {
+	name := podName(namespace, pod)
+	leaseName, managed := pod.Labels[reconciler.ManagedLease]
+	uid, stamped := pod.Labels[reconciler.ManagedUID]
+	if !managed {
+		if stamped {
+			return decide(name, "", []violation{{ReasonUIDWithoutLease, fmt.Sprintf(
+				"label %s is set but label %s is not: the UID label is admission's, for managed Pods only",
+				reconciler.ManagedUID, reconciler.ManagedLease)}})
+		}
+		return Decision{Allowed: true, Reason: ReasonUnmanaged}
+	}
+	var vs []violation
+	if !gated(pod) {
+		vs = append(vs, violation{ReasonGateMissing, fmt.Sprintf(
+			"a managed Pod (label %s=%s) must be created with scheduling gate %s, so that it runs only while this cluster holds the lease",
+			reconciler.ManagedLease, leaseName, reconciler.SchedulingGate)})
+	}
+	if pod.Spec.NodeName != "" {
+		vs = append(vs, violation{ReasonNodeNameSet, fmt.Sprintf(
+			"a managed Pod must not set spec.nodeName (%q): a Pod bound at creation would skip the scheduling gate",
+			pod.Spec.NodeName)})
+	}
+	switch {
+	case !lease.Found:
+		vs = append(vs, violation{ReasonLeaseNotFound, fmt.Sprintf(
+			"label %s names BerthLease %q, which does not exist in namespace %s: create the BerthLease first",
+			reconciler.ManagedLease, leaseName, namespaceOf(namespace, pod))})
+	case uid != string(lease.UID):
+		have := fmt.Sprintf("%q", uid)
+		if !stamped {
+			have = "missing"
+		}
+		vs = append(vs, violation{ReasonLeaseUIDMismatch, fmt.Sprintf(
+			"label %s is %s but BerthLease %q has UID %s: a managed Pod must name the BerthLease it runs under as it exists now",
+			reconciler.ManagedUID, have, leaseName, lease.UID)})
+	}
+	return decide(name, ReasonValid, vs)
+}
+
+func namespaceOf(namespace string, pod *corev1.Pod) string {
+	if pod.Namespace != "" {
+		return pod.Namespace
+	}
+	return namespace
+}
+
+// DecideUpdate decides a change of a Pod (an update or patch of the Pod or its status) by
+// user. Only operatorUser (the Berth agent) may remove the scheduling gate, add, change or
+// remove the managed labels, or change the term annotations the agent writes when it
+// ungates a Pod; anyone may make any other change.
+func DecideUpdate(namespace string, old, pod *corev1.Pod, user, operatorUser string) Decision {
+	if !berths(old) && !berths(pod) {
+		return Decision{Allowed: true, Reason: ReasonUnmanaged}
+	}
+	var vs []violation
+	agent := fmt.Sprintf("the Berth agent (%s)", operatorUser)
+	if gated(old) && !gated(pod) {
+		vs = append(vs, violation{ReasonGateRemoved, fmt.Sprintf(
+			"removing scheduling gate %s is reserved to %s, which removes it only while this cluster holds the lease; user %q may not",
+			reconciler.SchedulingGate, agent, user)})
+	}
+	oldLease, wasManaged := old.Labels[reconciler.ManagedLease]
+	newLease, isManaged := pod.Labels[reconciler.ManagedLease]
+	switch {
+	case !wasManaged && isManaged:
+		vs = append(vs, violation{ReasonMadeManaged, fmt.Sprintf(
+			"adding label %s to an existing Pod is reserved to %s: a Pod becomes managed only at creation, when it is gated; user %q may not",
+			reconciler.ManagedLease, agent, user)})
+	case wasManaged && (!isManaged || oldLease != newLease):
+		vs = append(vs, violation{ReasonLeaseLabelChange, fmt.Sprintf(
+			"changing or removing label %s (%s) is reserved to %s; user %q may not",
+			reconciler.ManagedLease, change(oldLease, wasManaged, newLease, isManaged), agent, user)})
+	}
+	oldUID, hadUID := old.Labels[reconciler.ManagedUID]
+	newUID, hasUID := pod.Labels[reconciler.ManagedUID]
+	if hadUID != hasUID || oldUID != newUID {
+		vs = append(vs, violation{ReasonUIDLabelChange, fmt.Sprintf(
+			"changing, adding or removing label %s (%s) is reserved to %s; user %q may not",
+			reconciler.ManagedUID, change(oldUID, hadUID, newUID, hasUID), agent, user)})
+	}
+	for _, key := range []string{reconciler.AnnotationFencingToken, reconciler.AnnotationHolder} {
+		o, had := old.Annotations[key]
+		n, has := pod.Annotations[key]
+		if had != has || o != n {
+			vs = append(vs, violation{ReasonTermChange, fmt.Sprintf(
+				"changing annotation %s (%s) is reserved to %s, which writes the lease term the workload fences with; user %q may not",
+				key, change(o, had, n, has), agent, user)})
+		}
+	}
+	if len(vs) > 0 && user == operatorUser && operatorUser != "" {
+		return Decision{Allowed: true, Reason: ReasonOperator}
+	}
+	return decide(podName(namespace, old), ReasonValid, vs)
+}
+
+func change(old string, had bool, new string, has bool) string {
+	q := func(v string, ok bool) string {
+		if !ok {
+			return "unset"
+		}
+		return fmt.Sprintf("%q", v)
+	}
+	return q(old, had) + " to " + q(new, has)
+}
+
+// Stamp is the mutating webhook's change to a Pod being created: a managed Pod gets the
+// scheduling gate and, when its BerthLease exists, the label reconciler.ManagedUID with the
+// BerthLease's UID. It changes pod in place and reports whether it changed anything; a
+// stamped Pod is left as it is, so the API server may call it again (reinvocation) safely.
+// A Pod whose BerthLease does not exist is still gated; validation then denies it.
+func Stamp(pod *corev1.Pod, lease Lease) bool {
+	if _, managed := pod.Labels[reconciler.ManagedLease]; !managed {
+		return false
+	}
+	changed := false
+	if !gated(pod) {
+		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: reconciler.SchedulingGate})
+		changed = true
+	}
+	if lease.Found && pod.Labels[reconciler.ManagedUID] != string(lease.UID) {
+		pod.Labels[reconciler.ManagedUID] = string(lease.UID)
+		changed = true
+	}
+	return changed
+}

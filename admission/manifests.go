@@ -1,0 +1,299 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/berthfleet/berth/reconciler"
+)
+
+// Names of the objects Manifests renders.
+const (
+	// WebhookConfigurationName names both the mutating and the validating webhook
+	// configuration.
+	WebhookConfigurationName = "berth-workload-admission"
+	// PolicyName names the ValidatingAdmissionPolicy and its binding.
+	PolicyName = "berth-managed-pods"
+
+	mutatingWebhookName   = "pods.mutate.berth.skaphos.io"
+	validatingWebhookName = "pods.validate.berth.skaphos.io"
+)
+
+// DefaultOperatorUser is the Berth agent's user when it runs as the service account
+// berth-agent in namespace berth-system, as deploy/ installs it.
+const DefaultOperatorUser = "system:serviceaccount:berth-system:berth-agent"
+
+// ManifestOptions says how the API server reaches the webhooks and who the agent is.
+type ManifestOptions struct {
+	// OperatorUser is the agent's user name; default DefaultOperatorUser.
+	OperatorUser string
+	// Mutate adds the MutatingWebhookConfiguration (see WorkloadAdmission.Mutate).
+	Mutate bool
+	// Service is the Service in front of the agent's webhook server (its Path is ignored).
+	// Exactly one of Service and URL is set.
+	Service *admissionregistrationv1.ServiceReference
+	// URL is the webhook server's base URL, https://host:port, for a server outside the
+	// cluster (tests).
+	URL string
+	// CABundle is the PEM of the CA that signed the webhook server's certificate. Empty
+	// leaves it to a CA injector (see Annotations).
+	CABundle []byte
+	// Annotations go on both webhook configurations, for example
+	// cert-manager.io/inject-ca-from.
+	Annotations map[string]string
+	// TimeoutSeconds bounds each webhook call; default 10.
+	TimeoutSeconds int32
+}
+
+const defaultTimeoutSeconds = 10
+
+// Manifests renders Berth's admission registrations: the MutatingWebhookConfiguration
+// (when opts.Mutate), the ValidatingWebhookConfiguration, and the ValidatingAdmissionPolicy
+// and its binding, in that order. Every registration fails closed (failurePolicy Fail) and
+// matches every namespace and object; match conditions on the old and the new object send
+// only requests that concern Berth's Pods, so Pods that are not managed never depend on the
+// webhook server. docs/admission.md gives the argument.
+func Manifests(opts ManifestOptions) ([]ctrlclient.Object, error) {
+	if opts.OperatorUser == "" {
+		opts.OperatorUser = DefaultOperatorUser
+	}
+	if opts.TimeoutSeconds == 0 {
+		opts.TimeoutSeconds = defaultTimeoutSeconds
+	}
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("render admission manifests: %w", err)
+	}
+	var objs []ctrlclient.Object
+	if opts.Mutate {
+		objs = append(objs, mutatingConfiguration(opts))
+	}
+	objs = append(objs, validatingConfiguration(opts), policy(opts.OperatorUser), policyBinding())
+	return objs, nil
+}
+
+func (o ManifestOptions) validate() error {
+	var errs []error
+	if !utf8.ValidString(o.OperatorUser) {
+		errs = append(errs, errors.New("OperatorUser is not valid UTF-8"))
+	}
+	switch {
+	case (o.Service == nil) == (o.URL == ""):
+		errs = append(errs, errors.New("set exactly one of Service and URL"))
+	case o.URL != "":
+		u, err := url.Parse(o.URL)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("URL: %w", err))
+		} else if u.Scheme != "https" || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("URL %q: want https://host[:port] with no path, query or user", o.URL))
+		}
+	case o.Service.Namespace == "" || o.Service.Name == "":
+		errs = append(errs, errors.New("Service needs a namespace and a name"))
+	}
+	if o.TimeoutSeconds < 1 || o.TimeoutSeconds > 30 {
+		errs = append(errs, fmt.Errorf("TimeoutSeconds %d: want 1 to 30", o.TimeoutSeconds))
+	}
+	return errors.Join(errs...)
+}
+
+func clientConfig(o ManifestOptions, path string) admissionregistrationv1.WebhookClientConfig {
+	cc := admissionregistrationv1.WebhookClientConfig{CABundle: o.CABundle}
+	if o.URL != "" {
+		cc.URL = ptr.To(strings.TrimSuffix(o.URL, "/") + path)
+		return cc
+	}
+	svc := *o.Service
+	svc.Path = ptr.To(path)
+	cc.Service = &svc
+	return cc
+}
+
+func podRule(ops ...admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
+	return admissionregistrationv1.RuleWithOperations{
+		Operations: ops,
+		Rule: admissionregistrationv1.Rule{
+			APIGroups:   []string{""},
+			APIVersions: []string{"v1"},
+			Resources:   []string{"pods"},
+			Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
+		},
+	}
+}
+
+func mutatingConfiguration(o ManifestOptions) *admissionregistrationv1.MutatingWebhookConfiguration {
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "MutatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: WebhookConfigurationName, Labels: labels(), Annotations: maps.Clone(o.Annotations)},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    mutatingWebhookName,
+			ClientConfig:            clientConfig(o, MutatePath),
+			Rules:                   []admissionregistrationv1.RuleWithOperations{podRule(admissionregistrationv1.Create)},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       &metav1.LabelSelector{},
+			ObjectSelector:          &metav1.LabelSelector{},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(o.TimeoutSeconds),
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "managed-pod",
+				Expression: celHasLabel("object", reconciler.ManagedLease),
+			}},
+		}},
+	}
+}
+
+func validatingConfiguration(o ManifestOptions) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: WebhookConfigurationName, Labels: labels(), Annotations: maps.Clone(o.Annotations)},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    validatingWebhookName,
+			ClientConfig:            clientConfig(o, ValidatePath),
+			Rules:                   []admissionregistrationv1.RuleWithOperations{podRule(admissionregistrationv1.Create, admissionregistrationv1.Update)},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       &metav1.LabelSelector{},
+			ObjectSelector:          &metav1.LabelSelector{},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(o.TimeoutSeconds),
+			AdmissionReviewVersions: []string{"v1"},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "berth-pod",
+				Expression: celBerth("object") + " || " + celBerth("oldObject"),
+			}},
+		}},
+	}
+}
+
+// policy repeats the core rules in the API server, where no webhook outage reaches them.
+// Besides Pods it matches pods/status, through which a Pod's labels and annotations can
+// also be written.
+func policy(operatorUser string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	reserved := func(what string) string {
+		return celString("berth: "+what+" is reserved to the Berth agent ("+operatorUser+"); user ") +
+			" + request.userInfo.username + " + celString(" may not")
+	}
+	return &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: PolicyName, Labels: labels()},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{},
+				ObjectSelector:    &metav1.LabelSelector{},
+				MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+						Rule: admissionregistrationv1.Rule{
+							APIGroups:   []string{""},
+							APIVersions: []string{"v1"},
+							Resources:   []string{"pods", "pods/status"},
+							Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
+						},
+					},
+				}},
+			},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "berth-pod",
+				Expression: celBerth("object") + " || " + celBerth("oldObject"),
+			}},
+			Variables: []admissionregistrationv1.Variable{
+				{Name: "agent", Expression: "request.userInfo.username == " + celString(operatorUser)},
+				{Name: "managed", Expression: celHasLabel("object", reconciler.ManagedLease)},
+				{Name: "gated", Expression: celGated("object")},
+				{Name: "wasGated", Expression: celGated("oldObject")},
+				{Name: "labelsKept", Expression: celSame("labels", reconciler.ManagedLease) + " && " + celSame("labels", reconciler.ManagedUID)},
+				{Name: "termKept", Expression: celSame("annotations", reconciler.AnnotationFencingToken) + " && " + celSame("annotations", reconciler.AnnotationHolder)},
+			},
+			Validations: []admissionregistrationv1.Validation{
+				{
+					Expression: `request.operation != "CREATE" || !variables.managed || variables.gated`,
+					Message: fmt.Sprintf("berth: a managed Pod (label %s) must be created with scheduling gate %s, so that it runs only while this cluster holds the lease",
+						reconciler.ManagedLease, reconciler.SchedulingGate),
+					Reason: ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: `request.operation != "CREATE" || !variables.managed || !has(object.spec.nodeName) || object.spec.nodeName == ""`,
+					Message:    "berth: a managed Pod must not set spec.nodeName: a Pod bound at creation would skip the scheduling gate",
+					Reason:     ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression:        `request.operation != "UPDATE" || variables.agent || !variables.wasGated || variables.gated`,
+					MessageExpression: reserved("removing scheduling gate " + reconciler.SchedulingGate),
+					Message:           "berth: removing scheduling gate " + reconciler.SchedulingGate + " is reserved to the Berth agent",
+					Reason:            ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression:        `request.operation != "UPDATE" || variables.agent || variables.labelsKept`,
+					MessageExpression: reserved("adding, changing or removing labels " + reconciler.ManagedLease + " and " + reconciler.ManagedUID),
+					Message:           "berth: adding, changing or removing the managed labels is reserved to the Berth agent",
+					Reason:            ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression:        `request.operation != "UPDATE" || variables.agent || variables.termKept`,
+					MessageExpression: reserved("changing annotations " + reconciler.AnnotationFencingToken + " and " + reconciler.AnnotationHolder),
+					Message:           "berth: changing the term annotations is reserved to the Berth agent",
+					Reason:            ptr.To(metav1.StatusReasonForbidden),
+				},
+			},
+		},
+	}
+}
+
+func policyBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: PolicyName, Labels: labels()},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        PolicyName,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+}
+
+func labels() map[string]string {
+	return map[string]string{"app.kubernetes.io/name": "berth", "app.kubernetes.io/component": "admission"}
+}
+
+// celString is s as a CEL string literal. CEL's escapes are a superset of those
+// strconv.Quote writes for valid UTF-8.
+func celString(s string) string { return strconv.Quote(s) }
+
+// celHasLabel is true when obj (object or oldObject, null on CREATE) has label key.
+func celHasLabel(obj, key string) string {
+	return celHas(obj, "labels", key)
+}
+
+func celHas(obj, field, key string) string {
+	return fmt.Sprintf("(%[1]s != null && has(%[1]s.metadata.%[2]s) && %[3]s in %[1]s.metadata.%[2]s)", obj, field, celString(key))
+}
+
+// celGated is true when obj carries Berth's scheduling gate.
+func celGated(obj string) string {
+	return fmt.Sprintf("(%[1]s != null && has(%[1]s.spec.schedulingGates) && %[1]s.spec.schedulingGates.exists(g, g.name == %[2]s))",
+		obj, celString(reconciler.SchedulingGate))
+}
+
+// celBerth is true when obj carries any of Berth's marks: a managed label or the gate.
+func celBerth(obj string) string {
+	return "(" + celHasLabel(obj, reconciler.ManagedLease) + " || " + celHasLabel(obj, reconciler.ManagedUID) + " || " + celGated(obj) + ")"
+}
+
+// celSame is true when object and oldObject agree on metadata.<field>[key]: both lack it
+// or both have it with the same value. Only for UPDATE, where both are set.
+func celSame(field, key string) string {
+	return fmt.Sprintf("(%[1]s == %[2]s && (!%[2]s || oldObject.metadata.%[3]s[%[4]s] == object.metadata.%[3]s[%[4]s]))",
+		celHas("oldObject", field, key), celHas("object", field, key), field, celString(key))
+}
