@@ -20,7 +20,8 @@ type Facts struct {
 	Deleting bool
 	// Invalid: the spec cannot be acted on (no holder, bad timing).
 	Invalid bool
-	// Cordoned: the lease API marked this cluster cordoned.
+	// Cordoned: the fleet asks this cluster to hand its leases over and take
+	// none (cordoned at the lease API, or its registration refused).
 	Cordoned bool
 	// Term is nil while this cluster does not hold the lease.
 	Term *Term
@@ -121,8 +122,10 @@ func Decide(f Facts) Decision {
 		return d
 
 	case f.Term != nil || f.RecoverToken > 0 || f.ReleaseToken > 0:
-		// Nothing runs any more: give the lease up.
-		return Decision{Call: CallRelease, Wake: f.Now}
+		// Nothing runs any more: give the lease up. A successful release is
+		// followed by a fresh decision in the same reconcile, so Wake only
+		// paces retries of a failed release, which must not spin.
+		return Decision{Call: CallRelease, Wake: f.Now.Add(stopPollInterval)}
 
 	case f.Deleting:
 		return Decision{RemoveFinalizer: true}

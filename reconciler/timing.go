@@ -32,11 +32,14 @@ func LocalValidity(ttl time.Duration) time.Duration {
 
 // podGracePeriod bounds a stopped Pod's termination grace period so that the
 // kubelet has killed it well within the stop budget, leaving the rest for
-// the API round trips.
+// the API round trips. It is never below one second: the API server removes
+// a Pod deleted with a grace period of 0 at once, without waiting for the
+// kubelet to stop it, so the agent would see it gone and release the lease
+// while its containers may still run.
 func podGracePeriod(ttl time.Duration, podGrace *int64) int64 {
-	limit := int64(StopBudget(ttl) / 2 / time.Second)
+	limit := max(int64(StopBudget(ttl)/2/time.Second), 1)
 	if podGrace != nil && *podGrace < limit {
-		return *podGrace
+		return max(*podGrace, 1)
 	}
 	return limit
 }
