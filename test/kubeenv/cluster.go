@@ -79,8 +79,9 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.plane.stop(ctx)
-	c.log.Info("cluster stopped")
+	if c.plane.stop(ctx) {
+		c.log.Info("cluster stopped")
+	}
 	return nil
 }
 
@@ -94,11 +95,11 @@ func (c *Cluster) Start(ctx context.Context) error {
 	defer c.mu.Unlock()
 	begin := time.Now()
 	if err := c.plane.start(ctx, c.clientset()); err != nil {
-		c.plane.stop(context.Background())
+		_ = c.plane.stop(context.Background())
 		return fmt.Errorf("start %s: %w", c.Name, err)
 	}
 	if err := c.waitReady(ctx); err != nil {
-		c.plane.stop(context.Background())
+		_ = c.plane.stop(context.Background())
 		return fmt.Errorf("start %s: %w", c.Name, err)
 	}
 	c.log.Info("cluster ready", "elapsed", time.Since(begin).Round(time.Millisecond), "kubeconfig", c.KubeconfigPath)
@@ -113,7 +114,7 @@ func (c *Cluster) clientset() kubernetes.Interface {
 // kubeconfigs, but starts nothing.
 func newManagedCluster(name string, opts Options, p ports) (*Cluster, error) {
 	l := layout{dir: filepath.Join(opts.WorkDir, name)}
-	for _, dir := range []string{filepath.Dir(l.pki("")), filepath.Dir(l.log(""))} {
+	for _, dir := range []string{filepath.Dir(l.pki("ca.crt")), filepath.Dir(l.log("etcd"))} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}

@@ -112,6 +112,8 @@ func kubeAPIServer(l layout, p ports) component {
 		"--service-account-key-file=" + l.pki("sa.pub"),
 		"--service-account-signing-key-file=" + l.pki("sa.key"),
 		"--service-cluster-ip-range=" + serviceCIDR,
+		// The kubernetes Service cannot point at a loopback address; nothing here needs it.
+		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",

@@ -87,14 +87,30 @@ func (p *controlPlane) exited() error {
 	return nil
 }
 
-// stop stops every process at once and waits until all are gone.
-func (p *controlPlane) stop(ctx context.Context) {
-	var wg sync.WaitGroup
+// stop stops the processes and waits until all are gone: etcd last, since it lingers
+// while it has clients. It reports whether anything was running.
+func (p *controlPlane) stop(ctx context.Context) bool {
+	running := p.procs != nil
+	var etcdProcs, others []*process
 	for _, proc := range p.procs {
+		if proc.name == "etcd" {
+			etcdProcs = append(etcdProcs, proc)
+		} else {
+			others = append(others, proc)
+		}
+	}
+	stopAll(ctx, others)
+	stopAll(ctx, etcdProcs)
+	p.procs = nil
+	return running
+}
+
+func stopAll(ctx context.Context, procs []*process) {
+	var wg sync.WaitGroup
+	for _, proc := range procs {
 		wg.Go(func() { proc.stop(ctx) })
 	}
 	wg.Wait()
-	p.procs = nil
 }
 
 // pids returns the process IDs of the running processes.
