@@ -1,0 +1,87 @@
+// Command berth-agent runs in every cluster of a fleet. It competes for the
+// leases of the cluster's BerthLeases at the central lease API and lets their
+// managed Pods run only while this cluster holds them.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// version is stamped at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+// options are the command-line flags.
+type options struct {
+	clusterID              string
+	leaseAPIURL            string
+	leaseAPITokenFile      string
+	leaseAPICAFile         string
+	kubeconfig             string
+	fleetKubeconfigDir     string
+	managedWorkloads       bool
+	operatorNamespace      string
+	webhookPort            int
+	webhookCertDir         string
+	metricsBindAddress     string
+	healthProbeBindAddress string
+	leaderElect            bool
+	heartbeatInterval      time.Duration
+}
+
+func (o *options) bind(fs *flag.FlagSet) {
+	fs.StringVar(&o.clusterID, "cluster-id", "", "this cluster's id in the fleet; the holder of every lease (empty: each BerthLease's spec.holderIdentity)")
+	fs.StringVar(&o.leaseAPIURL, "lease-api-url", "", "URL of berth-leaseapi, e.g. https://berth-leaseapi.example:8443")
+	fs.StringVar(&o.leaseAPITokenFile, "lease-api-token-file", "", "file with the bearer token for the lease API (re-read when it changes)")
+	fs.StringVar(&o.leaseAPICAFile, "lease-api-ca-file", "", "CA bundle that verifies the lease API's certificate")
+	fs.StringVar(&o.fleetKubeconfigDir, "fleet-kubeconfig-dir", "", "fleet mode: one kubeconfig per cluster in this folder, cluster id = file name without extension")
+	fs.BoolVar(&o.managedWorkloads, "managed-workloads", false, "gate and stop the managed Pods of each BerthLease (needs Berth's admission installed)")
+	fs.StringVar(&o.operatorNamespace, "operator-namespace", "berth-system", "namespace the agent runs in (leader election lives here)")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "folder with tls.crt and tls.key for the webhook server")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", "address of /metrics (0: off)")
+	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0: off)")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among the agent's replicas (run two for availability)")
+	fs.DurationVar(&o.heartbeatInterval, "cluster-heartbeat-interval", 10*time.Second, "how often the cluster's registration is refreshed at the lease API")
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.leaseAPIURL == "":
+		return fmt.Errorf("--lease-api-url is required")
+	case o.fleetKubeconfigDir != "":
+		return fmt.Errorf("--fleet-kubeconfig-dir: fleet mode is not available in this build yet; run one agent per cluster")
+	}
+	return nil
+}
+
+func main() {
+	var o options
+	o.bind(flag.CommandLine)
+	logCfg := textlogger.NewConfig()
+	logCfg.AddFlags(flag.CommandLine)
+	flag.Parse()
+	// controller-runtime registers --kubeconfig itself; read its value.
+	if f := flag.Lookup("kubeconfig"); f != nil {
+		o.kubeconfig = f.Value.String()
+	}
+
+	log := textlogger.NewLogger(logCfg)
+	klog.SetLogger(log)
+	ctrl.SetLogger(log)
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "berth-agent:", err)
+		os.Exit(2)
+	}
+	if err := run(ctrl.SetupSignalHandler(), o, log); err != nil {
+		log.Error(err, "berth-agent failed")
+		os.Exit(1)
+	}
+}
+

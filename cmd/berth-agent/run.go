@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/fleet"
+	"github.com/berthfleet/berth/leaseapi/client"
+	"github.com/berthfleet/berth/reconciler"
+)
+
+func run(ctx context.Context, o options, log logr.Logger) error {
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	leases, err := client.New(client.Config{URL: o.leaseAPIURL, TokenFile: o.leaseAPITokenFile, CAFile: o.leaseAPICAFile, Log: log.WithName("leaseapi")})
+	if err != nil {
+		return fmt.Errorf("lease API client: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := berthv1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := newManager(cfg, scheme, o)
+	if err != nil {
+		return err
+	}
+
+	r := &reconciler.BerthLeaseReconciler{
+		Log:               log.WithName("berthlease").WithValues("cluster", o.clusterID),
+		LeaseClient:       leases,
+		ClusterIdentity:   o.clusterID,
+		ManagedWorkloads:  o.managedWorkloads,
+		OperatorNamespace: o.operatorNamespace,
+	}
+	if o.clusterID != "" {
+		registrar, err := newRegistrar(ctx, cfg, scheme, leases, o, log)
+		if err != nil {
+			return err
+		}
+		r.Membership = registrar.Membership
+		if err := mgr.Add(registrar); err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("registered", registrar.Checker); err != nil {
+			return err
+		}
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the BerthLease controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("lease-api", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
+		defer cancel()
+		return leases.Ready(ctx)
+	}); err != nil {
+		return err
+	}
+	if o.managedWorkloads {
+		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+			return err
+		}
+	}
+	log.Info("starting berth-agent", "version", version, "cluster", o.clusterID, "managedWorkloads", o.managedWorkloads, "leaseAPI", o.leaseAPIURL)
+	return mgr.Start(ctx)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration (or pass --kubeconfig): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load --kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manager, error) {
+	// Cache only the managed Pods: the agent never needs the others.
+	managed, err := labels.Parse(reconciler.ManagedLease)
+	if err != nil {
+		return nil, err
+	}
+	opts := ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsBindAddress},
+		HealthProbeBindAddress:  o.healthProbeBindAddress,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "berth-agent.berth.skaphos.io",
+		LeaderElectionNamespace: o.operatorNamespace,
+		// A new leader must not act while the old one may still: the
+		// reconciler's own self-fencing bounds what a deposed leader does.
+		LeaderElectionReleaseOnCancel: true,
+		Cache: cache.Options{ByObject: map[ctrlclient.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: managed},
+		}},
+	}
+	if o.managedWorkloads {
+		opts.WebhookServer = webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir})
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	return mgr, nil
+}
+
+// newRegistrar reads the cluster's fingerprint and registers the cluster
+// once before anything starts, so that the reconciler knows from its first
+// reconcile whether it may hold leases.
+func newRegistrar(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, leases *client.Client, o options, log logr.Logger) (*fleet.Registrar, error) {
+	direct, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	fingerprint, err := fleet.Fingerprint(fctx, direct)
+	if err != nil {
+		return nil, err
+	}
+	registrar := &fleet.Registrar{
+		ClusterID:    o.clusterID,
+		Fingerprint:  fingerprint,
+		AgentVersion: version,
+		Registry:     leases,
+		Interval:     o.heartbeatInterval,
+		Log:          log.WithName("fleet"),
+	}
+	if err := registrar.Register(ctx); err != nil && !errors.Is(err, client.ErrConflict) {
+		// Not fatal: the heartbeat keeps trying, and until it succeeds the
+		// reconciler takes no lease.
+		log.Error(err, "first registration failed; retrying with the heartbeat", "cluster", o.clusterID)
+	}
+	return registrar, nil
+}
