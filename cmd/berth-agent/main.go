@@ -84,4 +84,3 @@ func main() {
 		os.Exit(1)
 	}
 }
-

@@ -181,4 +181,3 @@ func tail(b []byte) string {
 	}
 	return string(b)
 }
-
