@@ -25,8 +25,9 @@ const (
 	// PolicyName names the ValidatingAdmissionPolicy and its binding.
 	PolicyName = "berth-managed-pods"
 
-	mutatingWebhookName   = "pods.mutate.berth.skaphos.io"
-	validatingWebhookName = "pods.validate.berth.skaphos.io"
+	mutatingWebhookName    = "pods.mutate.berth.skaphos.io"
+	validatingWebhookName  = "pods.validate.berth.skaphos.io"
+	subresourceWebhookName = "pod-subresources.validate.berth.skaphos.io"
 )
 
 // DefaultOperatorUser is the Berth agent's user when it runs as the service account
@@ -172,13 +173,41 @@ func validatingConfiguration(o ManifestOptions) *admissionregistrationv1.Validat
 				Name:       "berth-pod",
 				Expression: celBerth("object") + " || " + celBerth("oldObject"),
 			}},
+		}, {
+			// A Pod's subresources that take a whole Pod can write its labels and
+			// annotations too (pods/status does; the others drop such changes today).
+			// Only the requests that change Berth's labels or annotations are sent, so
+			// that status updates, which kubelets make all the time, never wait on Berth.
+			Name:                    subresourceWebhookName,
+			ClientConfig:            clientConfig(o, ValidatePath),
+			Rules:                   []admissionregistrationv1.RuleWithOperations{podSubresourceRule()},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       &metav1.LabelSelector{},
+			ObjectSelector:          &metav1.LabelSelector{},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(o.TimeoutSeconds),
+			AdmissionReviewVersions: []string{"v1"},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "changes-berth-metadata",
+				Expression: "!(" + celLabelsKept + " && " + celTermKept + ")",
+			}},
 		}},
 	}
 }
 
+// podSubresources are the subresources of a Pod whose requests carry a whole Pod.
+var podSubresources = []string{"pods/status", "pods/ephemeralcontainers", "pods/resize"}
+
+func podSubresourceRule() admissionregistrationv1.RuleWithOperations {
+	r := podRule(admissionregistrationv1.Update)
+	r.Resources = podSubresources
+	return r
+}
+
 // policy repeats the core rules in the API server, where no webhook outage reaches them.
-// Besides Pods it matches pods/status, through which a Pod's labels and annotations can
-// also be written.
+// Besides Pods it matches the subresources that carry a whole Pod: pods/status can write
+// a Pod's labels and annotations too.
 func policy(operatorUser string) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	reserved := func(what string) string {
 		return celString("berth: "+what+" is reserved to the Berth agent ("+operatorUser+"); user ") +
@@ -199,7 +228,7 @@ func policy(operatorUser string) *admissionregistrationv1.ValidatingAdmissionPol
 						Rule: admissionregistrationv1.Rule{
 							APIGroups:   []string{""},
 							APIVersions: []string{"v1"},
-							Resources:   []string{"pods", "pods/status"},
+							Resources:   append([]string{"pods"}, podSubresources...),
 							Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
 						},
 					},
@@ -214,8 +243,8 @@ func policy(operatorUser string) *admissionregistrationv1.ValidatingAdmissionPol
 				{Name: "managed", Expression: celHasLabel("object", reconciler.ManagedLease)},
 				{Name: "gated", Expression: celGated("object")},
 				{Name: "wasGated", Expression: celGated("oldObject")},
-				{Name: "labelsKept", Expression: celSame("labels", reconciler.ManagedLease) + " && " + celSame("labels", reconciler.ManagedUID)},
-				{Name: "termKept", Expression: celSame("annotations", reconciler.AnnotationFencingToken) + " && " + celSame("annotations", reconciler.AnnotationHolder)},
+				{Name: "labelsKept", Expression: celLabelsKept},
+				{Name: "termKept", Expression: celTermKept},
 			},
 			Validations: []admissionregistrationv1.Validation{
 				{
@@ -297,3 +326,10 @@ func celSame(field, key string) string {
 	return fmt.Sprintf("(%[1]s == %[2]s && (!%[2]s || oldObject.metadata.%[3]s[%[4]s] == object.metadata.%[3]s[%[4]s]))",
 		celHas("oldObject", field, key), celHas("object", field, key), field, celString(key))
 }
+
+// celLabelsKept and celTermKept are true when an update leaves the managed labels, and the
+// term annotations, as they were.
+var (
+	celLabelsKept = celSame("labels", reconciler.ManagedLease) + " && " + celSame("labels", reconciler.ManagedUID)
+	celTermKept   = celSame("annotations", reconciler.AnnotationFencingToken) + " && " + celSame("annotations", reconciler.AnnotationHolder)
+)

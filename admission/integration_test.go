@@ -1,0 +1,735 @@
+package admission_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/berthfleet/berth/admission"
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/kubeenv"
+)
+
+const (
+	namespace = "payments"
+	leaseName = "exporter"
+	agentUser = admission.DefaultOperatorUser
+	mallory   = "mallory" // may create, update and patch Pods, but is not the agent
+)
+
+var scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = berthv1alpha1.AddToScheme(s)
+	return s
+}()
+
+// suite is one cluster with Berth's admission installed step by step.
+type suite struct {
+	t                     *testing.T
+	admin, agent, mallory ctrlclient.Client
+	leaseUID              types.UID
+	objs                  []ctrlclient.Object // Manifests: mutating, validating, policy, binding
+	seq                   int
+}
+
+// TestWorkloadAdmission installs the admission layers one at a time on a real cluster and
+// tries to slip a managed Pod past each: the validating webhook alone, then with mutation,
+// then with the policy; with the webhook server stopped; and with the policy alone.
+func TestWorkloadAdmission(t *testing.T) {
+	env := kubeenv.StartForTest(t, kubeenv.Options{Clusters: 1})
+	c := env.Clusters[0]
+	ctx := t.Context()
+	s := &suite{t: t, admin: newClient(t, c.RESTConfig()), mallory: newClient(t, c.ConfigAs(mallory)),
+		agent: newClient(t, c.ConfigAs(agentUser, "system:serviceaccounts", "system:serviceaccounts:berth-system"))}
+	s.setUpCluster(ctx, c.RESTConfig())
+
+	url, ca, stop := serveAdmission(t, c.RESTConfig())
+	objs, err := admission.Manifests(admission.ManifestOptions{OperatorUser: agentUser, Mutate: true, URL: url, CABundle: ca, TimeoutSeconds: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.objs = objs
+	mutating, validating, policy, binding := objs[0], objs[1], objs[2], objs[3]
+
+	// The webhook alone, validating only: every bypass is denied with its message.
+	s.create(ctx, validating)
+	s.eventually("validating webhook in force", func() error {
+		return wantDenied(s.admin.Create(ctx, s.pod("probe", unstamped), ctrlclient.DryRunAll), "berth: Pod")
+	})
+	t.Run("webhook", func(t *testing.T) { s.bypasses(ctx, t, false) })
+	if n := decisionCount(t, "UPDATE", "deny", admission.ReasonGateRemoved); n < 4 {
+		t.Errorf("berth_admission_decisions_total{UPDATE,deny,GateRemoved} = %v, want at least 4", n)
+	}
+
+	// With mutation: Pods of a managed Deployment come out gated and stamped; the agent
+	// ungates one, and the scheduler binds it.
+	s.create(ctx, mutating)
+	s.eventually("mutating webhook in force", func() error {
+		p := s.pod("probe", unstamped, ungated)
+		if err := s.admin.Create(ctx, p, ctrlclient.DryRunAll); err != nil {
+			return err
+		}
+		return checkStamped(p, s.leaseUID)
+	})
+	pods := s.managedDeployment(ctx, t)
+	s.ungate(ctx, t, &pods[0])
+
+	// With the policy too: the agent still ungates.
+	s.create(ctx, policy, binding)
+	s.eventually("policy in force", func() error {
+		err := s.mallory.Patch(ctx, &pods[1], ctrlclient.RawPatch(types.MergePatchType, []byte(`{"spec":{"schedulingGates":null}}`)), ctrlclient.DryRunAll)
+		return wantDenied(err, "is reserved to the Berth agent ("+agentUser+"); user mallory may not")
+	})
+	s.checkPolicyTypes(ctx, t)
+	s.ungate(ctx, t, &pods[1])
+
+	// Webhook server down: managed Pods cannot be ungated, unmanaged Pods are created.
+	stop()
+	t.Run("webhook server down", func(t *testing.T) { s.webhookDown(ctx, t) })
+
+	// Webhook configurations deleted: the policy alone holds.
+	for _, o := range []ctrlclient.Object{mutating, validating} {
+		if err := s.admin.Delete(ctx, o); err != nil {
+			t.Fatalf("delete %T: %v", o, err)
+		}
+	}
+	s.eventually("webhook configurations gone", func() error {
+		return wantDenied(s.admin.Create(ctx, s.pod("probe", ungated), ctrlclient.DryRunAll), "must be created with scheduling gate")
+	})
+	t.Run("policy", func(t *testing.T) { s.bypasses(ctx, t, true) })
+	late := s.pod("policy-only-agent")
+	s.mustCreate(ctx, late)
+	s.ungate(ctx, t, late)
+}
+
+// bypass is one attempt by mallory to run a managed Pod without the lease.
+type bypass struct {
+	// from is the Pod the attempt starts from, created by the administrator; nil: none.
+	from func(s *suite, name string) *corev1.Pod
+	// try makes the attempt; pod is from's Pod or, for creations, a name to use.
+	try func(ctx context.Context, c ctrlclient.Client, s *suite, pod *corev1.Pod, name string) error
+	// wantWebhook and wantPolicy are in the denial of the webhook and of the policy;
+	// wantPolicy empty: the policy does not check this (the webhook alone does).
+	wantWebhook, wantPolicy string
+}
+
+func mergePatch(patch string) func(context.Context, ctrlclient.Client, *suite, *corev1.Pod, string) error {
+	return patchOf(types.MergePatchType, patch)
+}
+
+func patchOf(pt types.PatchType, patch string) func(context.Context, ctrlclient.Client, *suite, *corev1.Pod, string) error {
+	return func(ctx context.Context, c ctrlclient.Client, _ *suite, pod *corev1.Pod, _ string) error {
+		return c.Patch(ctx, pod, ctrlclient.RawPatch(pt, []byte(patch)))
+	}
+}
+
+func createPod(opts ...podOpt) func(context.Context, ctrlclient.Client, *suite, *corev1.Pod, string) error {
+	return func(ctx context.Context, c ctrlclient.Client, s *suite, _ *corev1.Pod, name string) error {
+		return c.Create(ctx, s.pod(name, opts...))
+	}
+}
+
+func managed(s *suite, name string) *corev1.Pod { return s.pod(name) }
+
+var (
+	gateRemoved   = "removing scheduling gate " + reconciler.SchedulingGate
+	policyGate    = "removing scheduling gate " + reconciler.SchedulingGate + " is reserved to the Berth agent (" + agentUser + "); user mallory may not"
+	policyLabels  = "labels " + reconciler.ManagedLease + " and " + reconciler.ManagedUID + " is reserved to the Berth agent (" + agentUser + "); user mallory may not"
+	policyTerm    = "annotations " + reconciler.AnnotationFencingToken + " and " + reconciler.AnnotationHolder + " is reserved"
+	policyCreated = "must be created with scheduling gate " + reconciler.SchedulingGate
+	esc           = strings.NewReplacer("/", "~1").Replace
+)
+
+var bypasses = map[string]bypass{
+	"update that drops the gate": {
+		from: managed,
+		try: func(ctx context.Context, c ctrlclient.Client, _ *suite, pod *corev1.Pod, _ string) error {
+			pod.Spec.SchedulingGates = nil
+			return c.Update(ctx, pod)
+		},
+		wantWebhook: gateRemoved, wantPolicy: policyGate,
+	},
+	"JSON patch that drops the gate": {
+		from:        managed,
+		try:         patchOf(types.JSONPatchType, `[{"op":"remove","path":"/spec/schedulingGates/0"}]`),
+		wantWebhook: gateRemoved, wantPolicy: policyGate,
+	},
+	"merge patch that drops the gate": {
+		from:        managed,
+		try:         mergePatch(`{"spec":{"schedulingGates":null}}`),
+		wantWebhook: gateRemoved, wantPolicy: policyGate,
+	},
+	"strategic merge patch that drops the gate": {
+		from:        managed,
+		try:         patchOf(types.StrategicMergePatchType, `{"spec":{"schedulingGates":[{"$patch":"delete","name":"`+reconciler.SchedulingGate+`"}]}}`),
+		wantWebhook: gateRemoved, wantPolicy: policyGate,
+	},
+	"gate and labels dropped at once, so that the old Pod is the only managed one": {
+		from: managed,
+		try: mergePatch(`{"metadata":{"labels":{"` + reconciler.ManagedLease + `":null,"` + reconciler.ManagedUID + `":null}},` +
+			`"spec":{"schedulingGates":null}}`),
+		wantWebhook: gateRemoved, wantPolicy: "is reserved to the Berth agent",
+	},
+	"relabelled to another BerthLease": {
+		from:        managed,
+		try:         mergePatch(`{"metadata":{"labels":{"` + reconciler.ManagedLease + `":"other"}}}`),
+		wantWebhook: "changing or removing label " + reconciler.ManagedLease, wantPolicy: policyLabels,
+	},
+	"lease label removed": {
+		from:        managed,
+		try:         patchOf(types.JSONPatchType, `[{"op":"remove","path":"/metadata/labels/`+esc(reconciler.ManagedLease)+`"}]`),
+		wantWebhook: "changing or removing label " + reconciler.ManagedLease, wantPolicy: policyLabels,
+	},
+	"UID label removed": {
+		from:        managed,
+		try:         mergePatch(`{"metadata":{"labels":{"` + reconciler.ManagedUID + `":null}}}`),
+		wantWebhook: "changing, adding or removing label " + reconciler.ManagedUID, wantPolicy: policyLabels,
+	},
+	"labels changed through pods/status": {
+		from: managed,
+		try: func(ctx context.Context, c ctrlclient.Client, _ *suite, pod *corev1.Pod, _ string) error {
+			patch := `{"metadata":{"labels":{"` + reconciler.ManagedLease + `":"other"}}}`
+			return c.Status().Patch(ctx, pod, ctrlclient.RawPatch(types.MergePatchType, []byte(patch)))
+		},
+		wantWebhook: "changing or removing label " + reconciler.ManagedLease, wantPolicy: policyLabels,
+	},
+	"fencing token forged": {
+		from:        managed,
+		try:         mergePatch(`{"metadata":{"annotations":{"` + reconciler.AnnotationFencingToken + `":"999"}}}`),
+		wantWebhook: "changing annotation " + reconciler.AnnotationFencingToken, wantPolicy: policyTerm,
+	},
+	"Pod made managed after creation": {
+		from:        func(s *suite, name string) *corev1.Pod { return s.pod(name, unmanaged) },
+		try:         mergePatch(`{"metadata":{"labels":{"` + reconciler.ManagedLease + `":"` + leaseName + `"}}}`),
+		wantWebhook: "adding label " + reconciler.ManagedLease + " to an existing Pod", wantPolicy: policyLabels,
+	},
+	"managed Pod created without the gate (no mutation)": {
+		try:         createPod(ungated),
+		wantWebhook: "must be created with scheduling gate", wantPolicy: policyCreated,
+	},
+	"managed Pod created bound to a node": {
+		try:         createPod(ungated, onNode),
+		wantWebhook: "must not set spec.nodeName", wantPolicy: "berth: a managed Pod",
+	},
+	"managed Pod created gated and bound to a node": {
+		// The API server itself refuses a gated Pod with a node, before admission.
+		try:         createPod(onNode),
+		wantWebhook: "spec.nodeName: Forbidden", wantPolicy: "spec.nodeName: Forbidden",
+	},
+	"managed Pod naming another BerthLease's UID": {
+		try:         createPod(withUID("9f2d6f5e-0000-4000-8000-000000000000")),
+		wantWebhook: "label " + reconciler.ManagedUID + ` is "9f2d6f5e-0000-4000-8000-000000000000" but BerthLease "exporter" has UID`,
+	},
+	"managed Pod naming a BerthLease that does not exist": {
+		try:         createPod(func(p *corev1.Pod) { p.Labels[reconciler.ManagedLease] = "absent" }),
+		wantWebhook: `names BerthLease "absent", which does not exist in namespace payments`,
+	},
+	"gated managed Pod bound through pods/binding": {
+		// The API server refuses to bind a Pod that has scheduling gates, whoever asks.
+		from: managed,
+		try: func(ctx context.Context, c ctrlclient.Client, _ *suite, pod *corev1.Pod, _ string) error {
+			binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+				Target: corev1.ObjectReference{Kind: "Node", Name: "cluster-1-node-1"}}
+			return c.SubResource("binding").Create(ctx, pod, binding)
+		},
+		wantWebhook: "non-empty .spec.schedulingGates", wantPolicy: "non-empty .spec.schedulingGates",
+	},
+}
+
+// bypasses runs every bypass as mallory and checks that it is denied with its message, and
+// that a Pod it started from is still gated and labelled.
+func (s *suite) bypasses(ctx context.Context, t *testing.T, policyOnly bool) {
+	for name, tc := range bypasses {
+		t.Run(name, func(t *testing.T) {
+			want := tc.wantWebhook
+			if policyOnly {
+				want = tc.wantPolicy
+			}
+			if want == "" {
+				t.Skip("the policy does not check this; the webhook does")
+			}
+			podName := s.name("bypass")
+			var pod *corev1.Pod
+			if tc.from != nil {
+				pod = tc.from(s, podName)
+				s.mustCreate(ctx, pod)
+				pod = pod.DeepCopy()
+			}
+			err := tc.try(ctx, s.mallory, s, pod, podName)
+			if err == nil || !(apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsConflict(err)) {
+				t.Fatalf("attempt not denied: err = %v", err)
+			}
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("denial %q does not say %q", err, want)
+			}
+			t.Logf("denied: %v", err)
+			if tc.from == nil {
+				if err := s.admin.Get(ctx, ctrlclient.ObjectKey{Namespace: namespace, Name: podName}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+					t.Errorf("Pod %s exists after a denied creation (get: %v)", podName, err)
+				}
+				return
+			}
+			got := &corev1.Pod{}
+			if err := s.admin.Get(ctx, ctrlclient.ObjectKeyFromObject(pod), got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := diffBerth(tc.from(s, podName), got); diff != "" {
+				t.Errorf("Pod changed by a denied attempt: %s", diff)
+			}
+		})
+	}
+}
+
+// webhookDown checks fail-closed with the webhook server stopped and its configurations
+// in place.
+func (s *suite) webhookDown(ctx context.Context, t *testing.T) {
+	// Creating a managed Pod needs the webhook.
+	err := s.admin.Create(ctx, s.pod(s.name("down")))
+	if err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Errorf("managed Pod created with the webhook server down: err = %v", err)
+	}
+
+	// An unmanaged Pod does not need Berth's webhook.
+	if err := s.mallory.Create(ctx, s.pod(s.name("unmanaged"), unmanaged)); err != nil {
+		t.Errorf("unmanaged Pod not created with the webhook server down: %v", err)
+	}
+	// Nor does an update to one.
+	plain := s.pod(s.name("unmanaged"), unmanaged)
+	s.mustCreateAs(ctx, s.mallory, plain)
+	if err := s.mallory.Patch(ctx, plain, ctrlclient.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"tier":"web"}}}`))); err != nil {
+		t.Errorf("unmanaged Pod not updated with the webhook server down: %v", err)
+	}
+
+	// A managed Pod made before the outage cannot be ungated by others: the policy
+	// answers before the webhook would be called.
+	var gated corev1.PodList
+	if err := s.admin.List(ctx, &gated, ctrlclient.InNamespace(namespace), ctrlclient.MatchingLabels{reconciler.ManagedLease: leaseName}); err != nil {
+		t.Fatal(err)
+	}
+	var target *corev1.Pod
+	for i := range gated.Items {
+		if len(gated.Items[i].Spec.SchedulingGates) > 0 && gated.Items[i].DeletionTimestamp == nil {
+			target = &gated.Items[i]
+			break
+		}
+	}
+	if target == nil {
+		t.Fatal("no gated managed Pod left to try")
+	}
+	err = s.mallory.Patch(ctx, target, ctrlclient.RawPatch(types.MergePatchType, []byte(`{"spec":{"schedulingGates":null}}`)))
+	if err == nil || !strings.Contains(err.Error(), policyGate) {
+		t.Errorf("ungating by mallory with the webhook server down: err = %v, want the policy's denial", err)
+	}
+	// The agent cannot either: the webhook fails closed (the agent serves it, so they are
+	// down together).
+	err = s.agent.Patch(ctx, target, ctrlclient.RawPatch(types.MergePatchType, []byte(`{"spec":{"schedulingGates":null}}`)))
+	if err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Errorf("ungating by the agent with the webhook server down: err = %v, want the webhook call to fail", err)
+	}
+}
+
+// managedDeployment creates, as mallory, a Deployment whose template is managed (label
+// only) and returns its Pods once the ReplicaSet made them: gated and stamped.
+func (s *suite) managedDeployment(ctx context.Context, t *testing.T) []corev1.Pod {
+	t.Helper()
+	labels := map[string]string{"app": "exporter", reconciler.ManagedLease: leaseName}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "exporter"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "exporter"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       podSpec(),
+			},
+		},
+	}
+	if err := s.mallory.Create(ctx, d); err != nil {
+		t.Fatalf("create Deployment: %v", err)
+	}
+	var pods corev1.PodList
+	s.eventually("Deployment's Pods created", func() error {
+		if err := s.admin.List(ctx, &pods, ctrlclient.InNamespace(namespace), ctrlclient.MatchingLabels{"app": "exporter"}); err != nil {
+			return err
+		}
+		if len(pods.Items) != 2 {
+			return fmt.Errorf("%d Pods, want 2", len(pods.Items))
+		}
+		return nil
+	})
+	for _, p := range pods.Items {
+		if err := checkStamped(&p, s.leaseUID); err != nil {
+			t.Errorf("Deployment's Pod %s: %v", p.Name, err)
+		}
+		if p.Spec.NodeName != "" {
+			t.Errorf("gated Pod %s scheduled to %s", p.Name, p.Spec.NodeName)
+		}
+	}
+	return pods.Items
+}
+
+// ungate removes the gate as the agent does and checks that the scheduler then binds the
+// Pod.
+func (s *suite) ungate(ctx context.Context, t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	if err := s.agent.Get(ctx, ctrlclient.ObjectKeyFromObject(pod), pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Spec.SchedulingGates = nil
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[reconciler.AnnotationFencingToken] = "1"
+	pod.Annotations[reconciler.AnnotationHolder] = "cluster-1"
+	if err := s.agent.Update(ctx, pod); err != nil {
+		t.Fatalf("agent ungates %s: %v", pod.Name, err)
+	}
+	s.eventually("ungated Pod "+pod.Name+" scheduled", func() error {
+		got := &corev1.Pod{}
+		if err := s.admin.Get(ctx, ctrlclient.ObjectKeyFromObject(pod), got); err != nil {
+			return err
+		}
+		if got.Spec.NodeName == "" {
+			return errors.New("not scheduled")
+		}
+		return nil
+	})
+}
+
+// checkPolicyTypes fails when the API server's type check of the policy warns.
+func (s *suite) checkPolicyTypes(ctx context.Context, t *testing.T) {
+	t.Helper()
+	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	s.eventually("policy type-checked", func() error {
+		if err := s.admin.Get(ctx, ctrlclient.ObjectKey{Name: admission.PolicyName}, vap); err != nil {
+			return err
+		}
+		if vap.Status.ObservedGeneration != vap.Generation {
+			return errors.New("not yet type-checked")
+		}
+		return nil
+	})
+	if vap.Status.TypeChecking == nil {
+		return
+	}
+	for _, w := range vap.Status.TypeChecking.ExpressionWarnings {
+		t.Errorf("policy %s: %s", w.FieldRef, w.Warning)
+	}
+}
+
+// setUpCluster installs the CRD, a BerthLease, and RBAC that lets mallory and the agent
+// create, update and patch Pods (and mallory Deployments and bindings).
+func (s *suite) setUpCluster(ctx context.Context, cfg *rest.Config) {
+	t := s.t
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{filepath.Join("..", "deploy", "crd")}, Scheme: scheme}); err != nil {
+		t.Fatalf("install CRDs: %v", err)
+	}
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "pod-editor"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods", "pods/status"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "create", "delete"}},
+		},
+	}
+	bind := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "pod-editor"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{
+			{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: mallory},
+			{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: agentUser},
+		},
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+	lease := &berthv1alpha1.BerthLease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: leaseName},
+		Spec: berthv1alpha1.BerthLeaseSpec{TTLSeconds: 30, HeartbeatIntervalSeconds: 10}}
+	s.create(ctx, role, bind, ns)
+	s.eventually("BerthLease created", func() error { return s.admin.Create(ctx, lease) })
+	s.leaseUID = lease.UID
+}
+
+// serveAdmission runs WorkloadAdmission (with mutation) in a manager's webhook server on
+// 127.0.0.1 with a self-signed certificate; it returns the server's URL, the certificate
+// as CA bundle, and a function that stops the server.
+func serveAdmission(t *testing.T, cfg *rest.Config) (string, []byte, func()) {
+	t.Helper()
+	dir := t.TempDir()
+	ca := selfSigned(t, dir)
+	port := freePort(t)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Logger:                 testr.NewWithOptions(t, testr.Options{Verbosity: 1}),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer:          webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: dir}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admission.SetupWorkloadAdmission(mgr, &admission.WorkloadAdmission{OperatorUser: agentUser, Mutate: true}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+		if err == nil {
+			_ = conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webhook server not serving: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "https://" + addr, ca, stop
+}
+
+// selfSigned writes tls.crt and tls.key for 127.0.0.1 into dir and returns the certificate.
+func selfSigned(t *testing.T, dir string) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "berth-admission-test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	for name, data := range map[string][]byte{
+		"tls.crt": certPEM,
+		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certPEM
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func newClient(t *testing.T, cfg *rest.Config) ctrlclient.Client {
+	t.Helper()
+	c, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// decisionCount reads berth_admission_decisions_total{operation,decision,reason} from
+// controller-runtime's registry.
+func decisionCount(t *testing.T, op, decision string, reason admission.Reason) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"operation": op, "decision": decision, "reason": string(reason)}
+	for _, f := range families {
+		if f.GetName() != "berth_admission_decisions_total" {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if want[l.GetName()] != l.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+type podOpt func(*corev1.Pod)
+
+func unstamped(p *corev1.Pod) { delete(p.Labels, reconciler.ManagedUID) }
+func ungated(p *corev1.Pod)   { p.Spec.SchedulingGates = nil }
+func unmanaged(p *corev1.Pod) {
+	unstamped(p)
+	ungated(p)
+	delete(p.Labels, reconciler.ManagedLease)
+}
+func onNode(p *corev1.Pod)                 { p.Spec.NodeName = "cluster-1-node-1" }
+func withUID(uid string) podOpt            { return func(p *corev1.Pod) { p.Labels[reconciler.ManagedUID] = uid } }
+func (s *suite) name(prefix string) string { s.seq++; return fmt.Sprintf("%s-%d", prefix, s.seq) }
+
+func podSpec() corev1.PodSpec {
+	return corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr.To[int64](0),
+		Containers:                    []corev1.Container{{Name: "main", Image: "registry.example/exporter:1"}},
+	}
+}
+
+// pod is a managed Pod as admission leaves it at creation, changed by opts.
+func (s *suite) pod(name string, opts ...podOpt) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{
+			"app": "bypass", reconciler.ManagedLease: leaseName, reconciler.ManagedUID: string(s.leaseUID),
+		}},
+		Spec: podSpec(),
+	}
+	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: reconciler.SchedulingGate}}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+func checkStamped(p *corev1.Pod, uid types.UID) error {
+	if len(p.Spec.SchedulingGates) != 1 || p.Spec.SchedulingGates[0].Name != reconciler.SchedulingGate {
+		return fmt.Errorf("scheduling gates %v, want [%s]", p.Spec.SchedulingGates, reconciler.SchedulingGate)
+	}
+	if got := p.Labels[reconciler.ManagedUID]; got != string(uid) {
+		return fmt.Errorf("label %s = %q, want %q", reconciler.ManagedUID, got, uid)
+	}
+	return nil
+}
+
+// diffBerth says how got differs from want in what Berth guards.
+func diffBerth(want, got *corev1.Pod) string {
+	var diffs []string
+	g := func(p *corev1.Pod) bool { return len(p.Spec.SchedulingGates) > 0 }
+	if g(want) != g(got) {
+		diffs = append(diffs, fmt.Sprintf("gated %v, want %v", g(got), g(want)))
+	}
+	for _, k := range []string{reconciler.ManagedLease, reconciler.ManagedUID} {
+		if want.Labels[k] != got.Labels[k] {
+			diffs = append(diffs, fmt.Sprintf("label %s = %q, want %q", k, got.Labels[k], want.Labels[k]))
+		}
+	}
+	for _, k := range []string{reconciler.AnnotationFencingToken, reconciler.AnnotationHolder} {
+		if want.Annotations[k] != got.Annotations[k] {
+			diffs = append(diffs, fmt.Sprintf("annotation %s = %q, want %q", k, got.Annotations[k], want.Annotations[k]))
+		}
+	}
+	if g(want) && got.Spec.NodeName != "" {
+		diffs = append(diffs, "bound to "+got.Spec.NodeName)
+	}
+	return strings.Join(diffs, "; ")
+}
+
+func wantDenied(err error, want string) error {
+	switch {
+	case err == nil:
+		return errors.New("allowed")
+	case !strings.Contains(err.Error(), want):
+		return fmt.Errorf("denied without %q: %w", want, err)
+	}
+	return nil
+}
+
+func (s *suite) create(ctx context.Context, objs ...ctrlclient.Object) {
+	s.t.Helper()
+	for _, o := range objs {
+		if err := s.admin.Create(ctx, o); err != nil {
+			s.t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+		}
+	}
+}
+
+func (s *suite) mustCreate(ctx context.Context, p *corev1.Pod) { s.mustCreateAs(ctx, s.admin, p) }
+
+func (s *suite) mustCreateAs(ctx context.Context, c ctrlclient.Client, p *corev1.Pod) {
+	s.t.Helper()
+	if err := c.Create(ctx, p); err != nil {
+		s.t.Fatalf("create Pod %s: %v", p.Name, err)
+	}
+}
+
+// eventually retries f until it returns nil, for at most 30 seconds.
+func (s *suite) eventually(what string, f func() error) {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
