@@ -29,6 +29,7 @@ type Cluster struct {
 	KubeconfigPath string
 
 	config *rest.Config
+	client kubernetes.Interface // the administrator's
 	log    logr.Logger
 	plane  *controlPlane // nil when kubeenv did not start the cluster
 
@@ -85,8 +86,9 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return nil
 }
 
-// Start starts a stopped cluster again on its data, at the same address and with the same
-// credentials, and waits until it is ready (see Env).
+// Start starts the cluster's processes and waits until it is ready (see Env). After Stop
+// it starts the cluster again on its data, at the same address and with the same
+// credentials, so clients made before Stop work again.
 func (c *Cluster) Start(ctx context.Context) error {
 	if c.plane == nil {
 		return fmt.Errorf("start %s: %w", c.Name, ErrNotManaged)
@@ -94,7 +96,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	begin := time.Now()
-	if err := c.plane.start(ctx, c.clientset()); err != nil {
+	if err := c.plane.start(ctx, c.client); err != nil {
 		_ = c.plane.stop(context.Background())
 		return fmt.Errorf("start %s: %w", c.Name, err)
 	}
@@ -106,8 +108,20 @@ func (c *Cluster) Start(ctx context.Context) error {
 	return nil
 }
 
-func (c *Cluster) clientset() kubernetes.Interface {
-	return kubernetes.NewForConfigOrDie(c.config)
+// newCluster returns a cluster reached through the kubeconfig file at path.
+func newCluster(name, kubeconfigPath string, log logr.Logger, plane *controlPlane) (*Cluster, error) {
+	config, err := restConfig(kubeconfigPath)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", name, err)
+	}
+	return &Cluster{
+		Name: name, KubeconfigPath: kubeconfigPath,
+		config: config, client: client, log: log.WithValues("cluster", name), plane: plane,
+	}, nil
 }
 
 // newManagedCluster lays out a cluster that kubeenv runs: it writes its certificates and
@@ -123,18 +137,13 @@ func newManagedCluster(name string, opts Options, p ports) (*Cluster, error) {
 	if err := writeCredentials(name, l, p, kubeconfigPath); err != nil {
 		return nil, fmt.Errorf("write credentials of %s: %w", name, err)
 	}
-	config, err := restConfig(kubeconfigPath)
+	plane := &controlPlane{name: name, layout: l, ports: p, binDir: opts.BinDir, nodes: opts.Nodes}
+	c, err := newCluster(name, kubeconfigPath, opts.Log, plane)
 	if err != nil {
 		return nil, err
 	}
-	log := opts.Log.WithValues("cluster", name)
-	return &Cluster{
-		Name:           name,
-		KubeconfigPath: kubeconfigPath,
-		config:         config,
-		log:            log,
-		plane:          &controlPlane{name: name, layout: l, ports: p, binDir: opts.BinDir, nodes: opts.Nodes, log: log},
-	}, nil
+	plane.log = c.log
+	return c, nil
 }
 
 // writeCredentials writes a cluster's CA, the API server's serving and service account

@@ -51,12 +51,11 @@ func useExternal(ctx context.Context, opts Options, paths []string) (*Env, error
 			return nil, fmt.Errorf("%s: two kubeconfig files are named %s", ExternalKubeconfigsEnv, name)
 		}
 		seen[name] = true
-		config, err := restConfig(path)
+		c, err := newCluster(name, path, opts.Log, nil)
 		if err != nil {
 			return nil, err
 		}
-		log := opts.Log.WithValues("cluster", name)
-		env.Clusters = append(env.Clusters, &Cluster{Name: name, KubeconfigPath: path, config: config, log: log})
+		env.Clusters = append(env.Clusters, c)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, c := range env.Clusters {

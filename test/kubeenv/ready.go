@@ -39,7 +39,6 @@ func kwokNode(name string) *corev1.Node {
 
 // waitReady waits until the cluster is ready (see Env) or one of its processes exits.
 func (c *Cluster) waitReady(ctx context.Context) error {
-	cs := c.clientset()
 	var why string
 	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
 		if c.plane != nil {
@@ -47,7 +46,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 				return false, err
 			}
 		}
-		why = notReady(ctx, cs)
+		why = notReady(ctx, c.client)
 		return why == "", nil
 	})
 	if err != nil {
