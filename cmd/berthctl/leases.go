@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthfleet/berth/leaseapi"
+	"github.com/berthfleet/berth/leaseapi/client"
+)
+
+// defaultChunkSize is the page size of `leases list`; the server allows up to
+// maxChunkSize.
+const (
+	defaultChunkSize = 500
+	maxChunkSize     = 1000
+)
+
+func newLeasesListCommand(o *globalOptions) *cobra.Command {
+	var (
+		opts   listOptions
+		output outputFormat
+	)
+	cmd := &cobra.Command{
+		Use:   "list [-n NAMESPACE] [--limit N]",
+		Short: "List leases, following pages until all are listed or --limit is reached",
+		Example: `  berthctl leases list
+  berthctl leases list -n payments -o wide
+  berthctl leases list --limit 50 -o json   # "continue" resumes with --continue`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.validate(); err != nil {
+				return err
+			}
+			c, _, err := o.connect()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := o.withTimeout(cmd.Context())
+			defer cancel()
+			list, err := listLeases(ctx, c, opts)
+			if err != nil {
+				return err
+			}
+			now := o.clock.Now()
+			return printObject(o.out, output, list, func(wide bool) table { return leaseTable(list.Items, now, wide) })
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVarP(&opts.namespace, "namespace", "n", "", "list only this namespace (default: all)")
+	fs.IntVar(&opts.limit, "limit", 0, "list at most N leases; the output's \"continue\" resumes after them (0: all)")
+	fs.StringVar(&opts.continueToken, "continue", "", "resume a list limited by --limit from its \"continue\" token")
+	fs.IntVar(&opts.chunkSize, "chunk-size", defaultChunkSize, fmt.Sprintf("leases asked for per request (1 to %d)", maxChunkSize))
+	bindOutput(fs, &output)
+	return cmd
+}
+
+// listOptions are the flags of `leases list`.
+type listOptions struct {
+	namespace     string
+	limit         int
+	continueToken string
+	chunkSize     int
+}
+
+func (o listOptions) validate() error {
+	if o.namespace != "" {
+		// Any valid name stands in to check the namespace alone.
+		if err := (leaseapi.Key{Namespace: o.namespace, Name: "x"}).Validate(); err != nil {
+			return usageErrorf("--namespace: %w", err)
+		}
+	}
+	if o.limit < 0 {
+		return usageErrorf("--limit must be 0 (all) or positive, got %d", o.limit)
+	}
+	if o.chunkSize < 1 || o.chunkSize > maxChunkSize {
+		return usageErrorf("--chunk-size must be between 1 and %d, got %d", maxChunkSize, o.chunkSize)
+	}
+	return nil
+}
+
+// leaseLister is the part of the client that `leases list` needs.
+type leaseLister interface {
+	ListLeases(ctx context.Context, opts client.ListOptions) (leaseapi.LeaseList, error)
+}
+
+var _ leaseLister = (*client.Client)(nil)
+
+// listLeases follows "continue" until the list is complete or holds
+// opts.limit items. The result's Continue is empty when nothing is left.
+func listLeases(ctx context.Context, c leaseLister, opts listOptions) (leaseapi.LeaseList, error) {
+	out := leaseapi.LeaseList{Items: []leaseapi.Lease{}}
+	next := opts.continueToken
+	for {
+		page := opts.chunkSize
+		if opts.limit > 0 {
+			page = min(page, opts.limit-len(out.Items))
+		}
+		list, err := c.ListLeases(ctx, client.ListOptions{Namespace: opts.namespace, Limit: page, Continue: next})
+		if err != nil {
+			return leaseapi.LeaseList{}, err
+		}
+		out.Items = append(out.Items, list.Items...)
+		if list.Continue != "" && (list.Continue == next || len(list.Items) == 0) {
+			return leaseapi.LeaseList{}, fmt.Errorf("list leases: the server answered continue token %q without progress", list.Continue)
+		}
+		next = list.Continue
+		if next == "" || (opts.limit > 0 && len(out.Items) >= opts.limit) {
+			out.Continue = next
+			return out, nil
+		}
+	}
+}
+
+func newLeasesGetCommand(o *globalOptions) *cobra.Command {
+	var output outputFormat
+	cmd := &cobra.Command{
+		Use:   "get NAMESPACE/NAME",
+		Short: "Show one lease: its holder, fencing token and expiry",
+		Args:  exactArgs("NAMESPACE/NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := parseKey(args[0])
+			if err != nil {
+				return err
+			}
+			c, _, err := o.connect()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := o.withTimeout(cmd.Context())
+			defer cancel()
+			l, err := c.GetLease(ctx, key.Namespace, key.Name)
+			if err != nil {
+				return err
+			}
+			now := o.clock.Now()
+			return printObject(o.out, output, l, func(wide bool) table { return leaseTable([]leaseapi.Lease{l}, now, wide) })
+		},
+	}
+	bindOutput(cmd.Flags(), &output)
+	return cmd
+}
+
+func newLeasesReleaseCommand(o *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "release NAMESPACE/NAME",
+		Short: "Release a lease whoever holds it (administrators only)",
+		Long: `Release a lease whoever holds it. Only subjects named by the server's
+--admin-subjects may release another holder's lease.
+
+berthctl reads the lease and releases it in the name of its current holder and
+fencing token, so a release never frees a term that began after the read: if the
+lease changed hands in between, the server refuses with a conflict (exit 4).
+Releasing a free lease does nothing and succeeds. The holder's workload is not
+stopped by this; its agent finds the lease lost at its next renewal.`,
+		Args: exactArgs("NAMESPACE/NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := parseKey(args[0])
+			if err != nil {
+				return err
+			}
+			c, _, err := o.connect()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := o.withTimeout(cmd.Context())
+			defer cancel()
+			l, err := c.GetLease(ctx, key.Namespace, key.Name)
+			if err != nil {
+				return err
+			}
+			if l.Holder == "" {
+				_, err := fmt.Fprintf(o.out, "lease %s is already free (fencing token %d)\n", key, l.FencingToken)
+				return err
+			}
+			if err := c.Release(ctx, key.Namespace, key.Name, l.Holder, l.FencingToken); err != nil {
+				if errors.Is(err, client.ErrConflict) {
+					return fmt.Errorf("%w (the lease changed after it was read; look again with `berthctl leases get %s`)", err, key)
+				}
+				return err
+			}
+			_, err = fmt.Fprintf(o.out, "lease %s released (was held by %s with fencing token %d)\n", key, l.Holder, l.FencingToken)
+			return err
+		},
+	}
+}
+
+// parseKey parses a NAMESPACE/NAME argument; a bad key is a usage error.
+func parseKey(s string) (leaseapi.Key, error) {
+	k, err := leaseapi.ParseKey(s)
+	if err != nil {
+		return k, usageErrorf("lease %q: %w", s, err)
+	}
+	return k, nil
+}
