@@ -54,6 +54,9 @@ type WorkloadAdmission struct {
 // decoder decodes Pods whatever the manager's scheme holds.
 var decoder = admission.NewDecoder(clientgoscheme.Scheme)
 
+// The webhooks read BerthLeases (metadata) to stamp and check a managed Pod's UID label.
+// +kubebuilder:rbac:groups=berth.skaphos.io,resources=berthleases,verbs=get
+
 // SetupWorkloadAdmission registers the validating webhook at ValidatePath and, when
 // a.Mutate is set, the mutating webhook at MutatePath on mgr's webhook server. The server
 // runs on every replica (it needs no leader election). Install the matching registrations
