@@ -18,9 +18,11 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi/client"
@@ -89,6 +91,8 @@ type BerthLeaseReconciler struct {
 
 	mu     sync.Mutex
 	memory map[types.UID]*memory
+	// wake carries long-poll events into the controller.
+	wake chan event.GenericEvent
 }
 
 // memory is what the reconciler keeps of one BerthLease between reconciles;
@@ -106,6 +110,8 @@ type memory struct {
 	apiErr error
 	// selfFenced records that the local deadline passed without a renewal.
 	selfFenced bool
+	// stopWatch ends the long poll that runs while the cluster waits.
+	stopWatch context.CancelFunc
 }
 
 // SetupWithManager registers the reconciler with the controller-runtime manager.
@@ -122,10 +128,12 @@ func (r *BerthLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("berth-agent")
 	}
+	r.wake = make(chan event.GenericEvent)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&berthv1alpha1.BerthLease{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToBerthLease),
 			builder.WithPredicates(predicate.NewPredicateFuncs(isManaged))).
+		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("berthlease").
 		Complete(r)
@@ -207,6 +215,7 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.actOnPods(ctx, bl, p, d, PodsUngate); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.watch(ctx, bl, mem, waitingForOther(p, mem, d))
 	if d.RemoveFinalizer {
 		r.forget(bl.UID)
 		if controllerutil.RemoveFinalizer(bl, FinalizerName) {
@@ -232,6 +241,13 @@ func (r *BerthLeaseReconciler) result(p *observation, mem *memory, d Decision) c
 		return ctrl.Result{}
 	}
 	return ctrl.Result{RequeueAfter: max(wake.Sub(now), 10*time.Millisecond)}
+}
+
+// waitingForOther reports whether this cluster waits for a lease another
+// holder has: then a long poll tells it when the lease comes free.
+func waitingForOther(p *observation, mem *memory, d Decision) bool {
+	return p.facts.Term == nil && !p.facts.mustYield() && d.Pods == PodsNone &&
+		mem.apiErr == nil && mem.observed.Holder != "" && mem.observed.Holder != p.holder
 }
 
 // waitInterval is how long a waiting cluster waits before trying again: a
@@ -264,6 +280,9 @@ func (r *BerthLeaseReconciler) memoryOf(bl *berthv1alpha1.BerthLease) *memory {
 
 func (r *BerthLeaseReconciler) forget(uid types.UID) {
 	r.mu.Lock()
+	if m, ok := r.memory[uid]; ok {
+		m.stopWatching()
+	}
 	delete(r.memory, uid)
 	r.mu.Unlock()
 }

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,11 +30,13 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/leaseapi"
 	"github.com/berthfleet/berth/leaseapi/client"
 	"github.com/berthfleet/berth/leaseapi/lease"
 	"github.com/berthfleet/berth/leaseapi/server"
 	"github.com/berthfleet/berth/leaseapi/store/sqlite"
 	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/history"
 	"github.com/berthfleet/berth/test/kubeenv"
 )
 
@@ -78,6 +79,13 @@ func (f *faultyLeases) Renew(ctx context.Context, ns, name, holder string, token
 		return client.AcquireResult{}, f.hang(ctx)
 	}
 	return f.LeaseClient.Renew(ctx, ns, name, holder, token, ttl)
+}
+
+func (f *faultyLeases) WatchLease(ctx context.Context, ns, name, holder string, token int32, wait time.Duration) (leaseapi.Lease, error) {
+	if f.cut.Load() {
+		return leaseapi.Lease{}, f.hang(ctx)
+	}
+	return f.LeaseClient.(reconciler.LeaseWatcher).WatchLease(ctx, ns, name, holder, token, wait)
 }
 
 func (f *faultyLeases) Release(ctx context.Context, ns, name, holder string, token int32) error {
@@ -223,48 +231,6 @@ func (m *member) pods(ctx context.Context) (podState, error) {
 	return s, nil
 }
 
-// history records, every 100ms, which clusters had ungated Pods, and fails
-// the test at once if two did at the same look.
-type history struct {
-	mu     sync.Mutex
-	tokens []int32 // every distinct token seen on an ungated Pod, in order
-	holder []string
-}
-
-func (h *history) record(t *testing.T, ctx context.Context, members []*member) {
-	for {
-		var withPods []string
-		for _, m := range members {
-			s, err := m.pods(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				continue
-			}
-			if s.ungated > 0 {
-				withPods = append(withPods, m.name)
-			}
-			h.mu.Lock()
-			for _, tok := range s.tokens {
-				if n := len(h.tokens); n == 0 || h.tokens[n-1] != tok {
-					h.tokens = append(h.tokens, tok)
-					h.holder = append(h.holder, m.name)
-				}
-			}
-			h.mu.Unlock()
-		}
-		if len(withPods) > 1 {
-			t.Errorf("clusters %v had ungated Pods at the same time", withPods)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 // eventually polls cond until it holds or timeout passes, and returns how long it took.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
@@ -314,11 +280,12 @@ func TestTwoClustersOneLease(t *testing.T) {
 	for _, m := range members {
 		m.applyWorkload(t)
 	}
-	ctx, stopRecording := context.WithCancel(context.Background())
-	h := &history{}
-	recorded := make(chan struct{})
-	go func() { defer close(recorded); h.record(t, ctx, members) }()
-	defer func() { stopRecording(); <-recorded }()
+	readers := map[string]ctrlclient.Reader{}
+	for _, m := range members {
+		readers[m.name] = m.client
+	}
+	rec := history.Start(readers, namespace, leaseName, 100*time.Millisecond)
+	defer rec.Stop()
 
 	// 1. Both race for the lease: exactly one runs, the other stays gated.
 	var holder *member
@@ -389,18 +356,14 @@ func TestTwoClustersOneLease(t *testing.T) {
 	eventually(t, 30*time.Second, "the first cluster takes over after the release", func() bool { return runner(t, members) == holder })
 	t.Logf("%s took over %s after the BerthLease was deleted in %s", holder.name, time.Since(deletedAt).Round(time.Millisecond), other.name)
 
-	// Tokens on ungated Pods strictly increase across the takeovers.
-	stopRecording()
-	<-recorded
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t.Logf("tokens seen on ungated Pods: %v by %v", h.tokens, h.holder)
-	if len(h.tokens) < 3 {
-		t.Fatalf("saw tokens %v, want three terms", h.tokens)
+	// Tokens on ungated Pods strictly increase across the takeovers, and no
+	// two clusters ever had ungated Pods at once.
+	eventually(t, 10*time.Second, "the recorder sees the third term", func() bool { return len(rec.Snapshot().Terms()) >= 3 })
+	h := rec.Stop()
+	for _, term := range h.Terms() {
+		t.Logf("term: %s token %d", term.Cluster, term.Token)
 	}
-	for i := 1; i < len(h.tokens); i++ {
-		if h.tokens[i] <= h.tokens[i-1] {
-			t.Errorf("token %d after %d: tokens on Pods must strictly increase", h.tokens[i], h.tokens[i-1])
-		}
+	if err := h.Check(); err != nil {
+		t.Error(err)
 	}
 }

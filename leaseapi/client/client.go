@@ -196,6 +196,24 @@ func (c *Client) GetLease(ctx context.Context, namespace, name string) (leaseapi
 	return out, nil
 }
 
+// WatchLease waits until the lease's holder or fencing token differ from
+// holder and fencingToken (the caller's last view), or wait passes, and
+// returns the lease as it is then: a long poll that lets a waiting cluster
+// take over a released lease at once. A lease never acquired is ErrNotFound.
+func (c *Client) WatchLease(ctx context.Context, namespace, name, holder string, fencingToken int32, wait time.Duration) (leaseapi.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait+c.timeout)
+	defer cancel()
+	q := url.Values{}
+	q.Set("waitSeconds", strconv.Itoa(max(1, int(wait/time.Second))))
+	q.Set("holder", holder)
+	q.Set("fencingToken", strconv.Itoa(int(fencingToken)))
+	var out leaseapi.Lease
+	if err := c.do(ctx, http.MethodGet, leasePath(namespace, name)+"?"+q.Encode(), nil, &out); err != nil {
+		return leaseapi.Lease{}, fmt.Errorf("watch lease %s/%s: %w", namespace, name, err)
+	}
+	return out, nil
+}
+
 // ListOptions selects a page of leases.
 type ListOptions struct {
 	Namespace string

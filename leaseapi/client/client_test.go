@@ -314,3 +314,71 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		})
 	}
 }
+
+func TestWatchLeaseAnswersOnRelease(t *testing.T) {
+	ts := httptest.NewServer(newAPI(t, nil))
+	defer ts.Close()
+	c := newClient(t, client.Config{URL: ts.URL})
+	ctx := t.Context()
+	held, err := c.Acquire(ctx, "ns", "a", "east", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Nothing changes: the watch answers after its wait with the same view.
+	start := time.Now()
+	l, err := c.WatchLease(ctx, "ns", "a", "east", held.FencingToken, time.Second)
+	if err != nil || l.Holder != "east" {
+		t.Fatalf("watch without a change: %+v, %v", l, err)
+	}
+	if waited := time.Since(start); waited < 900*time.Millisecond {
+		t.Errorf("watch without a change answered after %s, want about its 1s wait", waited)
+	}
+
+	// A release wakes the watcher at once.
+	type answer struct {
+		l   leaseapi.Lease
+		err error
+		at  time.Time
+	}
+	done := make(chan answer, 1)
+	go func() {
+		l, err := c.WatchLease(ctx, "ns", "a", "east", held.FencingToken, 30*time.Second)
+		done <- answer{l, err, time.Now()}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	released := time.Now()
+	if err := c.Release(ctx, "ns", "a", "east", held.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || a.l.Holder != "" || a.l.FencingToken != held.FencingToken {
+		t.Fatalf("watch across a release: %+v, %v; want free with token %d", a.l, a.err, held.FencingToken)
+	}
+	t.Logf("watcher woke %s after the release", a.at.Sub(released))
+	if a.at.Sub(released) > 2*time.Second {
+		t.Errorf("watcher woke %s after the release, want at once", a.at.Sub(released))
+	}
+
+	// A view that is already stale answers at once.
+	if l, err = c.WatchLease(ctx, "ns", "a", "east", held.FencingToken, 30*time.Second); err != nil || l.Holder != "" {
+		t.Fatalf("stale view: %+v, %v", l, err)
+	}
+}
+
+func TestWatchLeaseAnswersOnExpiry(t *testing.T) {
+	ts := httptest.NewServer(newAPI(t, nil))
+	defer ts.Close()
+	c := newClient(t, client.Config{URL: ts.URL})
+	held, err := c.Acquire(t.Context(), "ns", "a", "east", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.WatchLease(t.Context(), "ns", "a", "east", held.FencingToken, 30*time.Second)
+	if err != nil || l.Holder != "" {
+		t.Fatalf("watch across an expiry: %+v, %v; want free", l, err)
+	}
+	if _, err := c.WatchLease(t.Context(), "ns", "never", "", 0, time.Second); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("watch of a never-seen lease: %v, want ErrNotFound", err)
+	}
+}

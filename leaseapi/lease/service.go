@@ -31,6 +31,7 @@ type Service struct {
 	store      store.Store
 	clock      clock.PassiveClock
 	clusterTTL time.Duration
+	changes    changes
 }
 
 // Options configures a Service.
@@ -206,6 +207,9 @@ func (s *Service) updateLease(ctx context.Context, key leaseapi.Key, decide func
 		})
 	if err != nil {
 		return d, fmt.Errorf("lease %s: %w", key, err)
+	}
+	if d.Write {
+		s.changes.notify(key)
 	}
 	return d, nil
 }

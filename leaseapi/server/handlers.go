@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -86,12 +87,37 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request, _ Principal) e
 	if err != nil {
 		return err
 	}
-	l, err := s.Service.Get(r.Context(), key)
+	var l store.Lease
+	if q := r.URL.Query(); q.Has("waitSeconds") {
+		wait, holder, token, werr := waitOptions(q)
+		if werr != nil {
+			return werr
+		}
+		l, err = s.Service.WaitForChange(r.Context(), key, holder, token, wait)
+	} else {
+		l, err = s.Service.Get(r.Context(), key)
+	}
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, wireLease(l))
 	return nil
+}
+
+// waitOptions reads a long poll: answer once the lease's holder or token
+// differ from holder and fencingToken, or after waitSeconds.
+func waitOptions(q url.Values) (time.Duration, string, int32, error) {
+	wait, err := strconv.Atoi(q.Get("waitSeconds"))
+	if err != nil || wait < 1 || time.Duration(wait)*time.Second > lease.MaxWait {
+		return 0, "", 0, &leaseapi.FieldError{Field: "waitSeconds", Reason: fmt.Sprintf("must be an integer between 1 and %d", int(lease.MaxWait/time.Second))}
+	}
+	var token int64
+	if t := q.Get("fencingToken"); t != "" {
+		if token, err = strconv.ParseInt(t, 10, 32); err != nil || token < 0 {
+			return 0, "", 0, &leaseapi.FieldError{Field: "fencingToken", Reason: "must be a non-negative integer"}
+		}
+	}
+	return time.Duration(wait) * time.Second, q.Get("holder"), int32(token), nil
 }
 
 func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, _ Principal) error {

@@ -1,0 +1,89 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/berthfleet/berth/leaseapi"
+	"github.com/berthfleet/berth/leaseapi/store"
+)
+
+// MaxWait bounds one WaitForChange.
+const MaxWait = time.Minute
+
+// changes wakes the waiters of a key when this process writes it. It is
+// local to one server: waiters on another replica learn of the change when
+// their wait ends or the lease expires, and clients keep polling as well.
+type changes struct {
+	mu      sync.Mutex
+	waiters map[leaseapi.Key]chan struct{}
+}
+
+// next returns a channel closed at the next write of key.
+func (c *changes) next(key leaseapi.Key) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.waiters == nil {
+		c.waiters = map[leaseapi.Key]chan struct{}{}
+	}
+	ch, ok := c.waiters[key]
+	if !ok {
+		ch = make(chan struct{})
+		c.waiters[key] = ch
+	}
+	return ch
+}
+
+func (c *changes) notify(key leaseapi.Key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch, ok := c.waiters[key]; ok {
+		close(ch)
+		delete(c.waiters, key)
+	}
+}
+
+// WaitForChange returns the lease as Get shows it as soon as its holder or
+// token differ from the ones given, waiting up to wait (at most MaxWait) for
+// that: a release, an expiry or a new term. A waiting cluster uses it to take
+// over a released lease at once instead of at its next poll. A key never
+// seen answers store.ErrNotFound once the wait ends.
+func (s *Service) WaitForChange(ctx context.Context, key leaseapi.Key, holder string, token int32, wait time.Duration) (store.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, min(wait, MaxWait))
+	defer cancel()
+	for {
+		changed := s.changes.next(key)
+		l, err := s.Get(ctx, key)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return store.Lease{}, err
+		}
+		found := err == nil
+		if found && (l.Holder != holder || l.FencingToken != token) {
+			return l, nil
+		}
+		// Nothing changed yet: sleep until a write, the holder's expiry, or
+		// the end of the wait.
+		var expiry <-chan time.Time
+		var timer *time.Timer
+		if found && l.Holder != "" {
+			timer = time.NewTimer(l.ExpiresAt.Sub(s.now()) + time.Millisecond)
+			expiry = timer.C
+		}
+		select {
+		case <-changed:
+		case <-expiry:
+		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			if !found {
+				return store.Lease{}, err
+			}
+			return l, nil
+		}
+	}
+}

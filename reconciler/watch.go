@@ -1,0 +1,85 @@
+package reconciler
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/leaseapi"
+)
+
+// LeaseWatcher is what a LeaseClient may also offer: a long poll that
+// answers when a lease's holder or token change. With it, a waiting cluster
+// takes over a released lease at once instead of at its next poll.
+type LeaseWatcher interface {
+	WatchLease(ctx context.Context, namespace, name, holder string, fencingToken int32, wait time.Duration) (leaseapi.Lease, error)
+}
+
+// watchWait is how long one long poll waits.
+const watchWait = 30 * time.Second
+
+// watch makes sure a long poll runs for a BerthLease this cluster waits for,
+// and stops it once the cluster holds or gives up the lease. A change wakes
+// the BerthLease's reconcile through the controller's event channel.
+func (r *BerthLeaseReconciler) watch(ctx context.Context, bl *berthv1alpha1.BerthLease, mem *memory, waiting bool) {
+	lw, ok := r.LeaseClient.(LeaseWatcher)
+	if !ok || r.wake == nil {
+		return
+	}
+	if !waiting {
+		if mem.stopWatch != nil {
+			mem.stopWatch()
+			mem.stopWatch = nil
+		}
+		return
+	}
+	if mem.stopWatch != nil {
+		return
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	mem.stopWatch = cancel
+	obj := &berthv1alpha1.BerthLease{}
+	obj.Namespace, obj.Name, obj.UID = bl.Namespace, bl.Name, bl.UID
+	holder, token := mem.observed.Holder, mem.observed.FencingToken
+	go r.longPoll(wctx, logr.FromContextOrDiscard(ctx), lw, obj, bl.EffectiveLeaseName(), holder, token)
+}
+
+// longPoll waits for the lease to change from (holder, token), then wakes
+// the reconcile and ends; the reconcile starts a new one if still waiting.
+func (r *BerthLeaseReconciler) longPoll(ctx context.Context, log logr.Logger, lw LeaseWatcher, obj *berthv1alpha1.BerthLease, name, holder string, token int32) {
+	for ctx.Err() == nil {
+		l, err := lw.WatchLease(ctx, obj.Namespace, name, holder, token, watchWait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.V(1).Info("lease watch failed; polling continues", "error", err.Error())
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if l.Holder != holder || l.FencingToken != token {
+			log.V(1).Info("lease changed", "holder", l.Holder, "token", l.FencingToken)
+			select {
+			case r.wake <- event.GenericEvent{Object: obj}:
+			case <-ctx.Done():
+			}
+			return
+		}
+	}
+}
+
+// stopWatching ends the long poll of a forgotten BerthLease.
+func (m *memory) stopWatching() {
+	if m.stopWatch != nil {
+		m.stopWatch()
+		m.stopWatch = nil
+	}
+}
+
