@@ -150,6 +150,10 @@ func TestDecideUpdate(t *testing.T) {
 			old: newPod(), new: newPod(withImage("other")), user: "alice",
 			want: Decision{Allowed: true, Reason: ReasonUnmanaged},
 		},
+		"term annotations on an unmanaged Pod": {
+			old: newPod(withAnnotation(reconciler.AnnotationFencingToken, "7")), new: newPod(), user: "alice",
+			want: Decision{Allowed: true, Reason: ReasonUnmanaged},
+		},
 		"other change to a managed Pod": {
 			old: managedPod(), new: managedPod(withImage("other"), withLabel("tier", "web")), user: "alice",
 			want: Decision{Allowed: true, Reason: ReasonValid},

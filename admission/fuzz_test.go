@@ -63,9 +63,16 @@ func FuzzDecideUpdate(f *testing.F) {
 			n, has := get(pod, k)
 			return had == has && o == n
 		}
-		reserved := (gated(old) && !gated(pod)) ||
+		// Berth guards only Pods that carry its marks (a managed label or the gate), before
+		// or after; term annotations on any other Pod mean nothing to it.
+		marked := func(p *corev1.Pod) bool {
+			_, l := label(p, reconciler.ManagedLease)
+			_, u := label(p, reconciler.ManagedUID)
+			return l || u || gated(p)
+		}
+		reserved := (marked(old) || marked(pod)) && ((gated(old) && !gated(pod)) ||
 			!same(label, reconciler.ManagedLease) || !same(label, reconciler.ManagedUID) ||
-			!same(annotation, reconciler.AnnotationFencingToken) || !same(annotation, reconciler.AnnotationHolder)
+			!same(annotation, reconciler.AnnotationFencingToken) || !same(annotation, reconciler.AnnotationHolder))
 		switch {
 		case user == testAgent && !d.Allowed:
 			t.Fatalf("agent denied: %s", d.Message)
