@@ -91,13 +91,19 @@ func (e *Env) Stop(ctx context.Context) error {
 // freePorts returns n distinct TCP ports that are free on 127.0.0.1. It holds all of them
 // open until it has all, so that it cannot return one twice.
 func freePorts(n int) ([]int, error) {
+	listeners := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}()
 	ports := make([]int, 0, n)
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("find a free port: %w", err)
 		}
-		defer l.Close()
+		listeners = append(listeners, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil

@@ -67,7 +67,7 @@ func report(env *kubeenv.Env, elapsed time.Duration) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox:", err)
 	}
-	fmt.Printf("%d clusters ready in %s, using %d MiB; Ctrl-C stops them\n",
+	fmt.Printf("all %d ready in %s, %d MiB resident; Ctrl-C stops them\n",
 		len(env.Clusters), elapsed.Round(time.Millisecond), rss>>20)
 }
 
