@@ -77,6 +77,9 @@ type Registrar struct {
 	// Interval between heartbeats (DefaultHeartbeatInterval).
 	Interval time.Duration
 	Log      logr.Logger
+	// OnChange, when set, is called in its own goroutine whenever the
+	// membership changes, so that leases react at once.
+	OnChange func(ctx context.Context)
 
 	mu    sync.Mutex
 	state state
@@ -98,7 +101,6 @@ func (r *Registrar) Register(ctx context.Context) error {
 	})
 
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	old := r.state
 	switch {
 	case errors.Is(err, client.ErrConflict):
@@ -123,7 +125,17 @@ func (r *Registrar) Register(ctx context.Context) error {
 		}
 	}
 	r.observe()
+	changed := membershipOf(old) != membershipOf(r.state)
+	r.mu.Unlock()
+	if changed && r.OnChange != nil {
+		go r.OnChange(ctx) // never hold up the heartbeat
+	}
 	return err
+}
+
+// membershipOf reduces a state to what the reconciler acts on.
+func membershipOf(s state) [3]bool {
+	return [3]bool{s.registered, s.cordoned, s.refused != nil}
 }
 
 func (r *Registrar) observe() {

@@ -83,3 +83,26 @@ func (m *memory) stopWatching() {
 	}
 }
 
+// WakeAll reconciles every BerthLease now: the fleet calls it when this
+// cluster's membership changes (cordoned, uncordoned, refused), so that a
+// handover starts at once rather than at the next heartbeat.
+func (r *BerthLeaseReconciler) WakeAll(ctx context.Context) {
+	if r.wake == nil {
+		return
+	}
+	list := &berthv1alpha1.BerthLeaseList{}
+	if err := r.List(ctx, list); err != nil {
+		r.Log.Error(err, "list BerthLeases to wake them")
+		return
+	}
+	for i := range list.Items {
+		// The controller may not run here (not the leader): never wait long.
+		select {
+		case r.wake <- event.GenericEvent{Object: &list.Items[i]}:
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+			return
+		}
+	}
+}

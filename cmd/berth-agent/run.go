@@ -61,6 +61,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 			return err
 		}
 		r.Membership = registrar.Membership
+		registrar.OnChange = r.WakeAll
 		if err := mgr.Add(registrar); err != nil {
 			return err
 		}
