@@ -14,7 +14,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 tools=$root/hack/tools
 out=$root/bin/k8s
 
-export GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0
+export GOWORK=off GOFLAGS="${GOFLAGS:-} -mod=readonly" CGO_ENABLED=0
 
 # module_version DIR MODULE prints the version of MODULE that DIR's go.mod selects.
 module_version() {
@@ -64,6 +64,7 @@ build() {
 kwok_stages() {
 	local dir file
 	[[ -s $cache/kwok-stages.yaml ]] && return
+	go mod download -C "$tools/kwok" sigs.k8s.io/kwok
 	dir=$(go list -C "$tools/kwok" -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
 	for file in "$dir"/node/fast/node-initialize.yaml \
 		"$dir"/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
