@@ -14,6 +14,8 @@ FUZZ_TARGETS := \
 	./leaseapi:FuzzDecode \
 	./leaseapi:FuzzParseKey \
 	./leaseapi/lease:FuzzMachine \
+	./admission:FuzzDecideCreate \
+	./admission:FuzzDecideUpdate \
 	./reconciler:FuzzDecide
 
 .DEFAULT_GOAL := help
@@ -38,11 +40,12 @@ generate: $(TOOLS_BIN)/controller-gen ## Generate deepcopy, CRDs and RBAC from t
 	$(TOOLS_BIN)/controller-gen object paths=./api/...
 	$(TOOLS_BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=deploy/crd
 	$(TOOLS_BIN)/controller-gen rbac:roleName=berth-agent paths=./... output:rbac:artifacts:config=deploy/rbac
+	$(GO) test ./admission -run TestDeployManifests -update
 
 .PHONY: verify-gen
 verify-gen: generate ## Fail when generated files are stale.
-	@git diff --exit-code -- api deploy/crd deploy/rbac || { echo "generated files are stale: run make generate and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api deploy/crd deploy/rbac)" || { git status --porcelain -- api deploy/crd deploy/rbac; echo "untracked generated files: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- api deploy || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api deploy)" || { git status --porcelain -- api deploy; echo "untracked generated files: run make generate and commit"; exit 1; }
 
 .PHONY: fmt
 fmt: ## Format the Go sources.

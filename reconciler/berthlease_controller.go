@@ -42,15 +42,18 @@ var _ LeaseClient = (*client.Client)(nil)
 // call is also cut short at the local deadline.
 const DefaultCallTimeout = 5 * time.Second
 
-// BerthLeaseReconciler reconciles BerthLease resources by holding (or
-// renewing) a lease against the central API server and applying the
-// configured workload actions in response to lease state.
-//
+// The agent's permissions in each cluster (deploy/rbac is generated from these).
 // +kubebuilder:rbac:groups=berth.skaphos.io,resources=berthleases,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=berth.skaphos.io,resources=berthleases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=berth.skaphos.io,resources=berthleases/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// BerthLeaseReconciler reconciles BerthLease resources by holding (or
+// renewing) a lease against the central API server and applying the
+// configured workload actions in response to lease state.
 type BerthLeaseReconciler struct {
 	ctrlclient.Client
 	// Log is the reconciler's logger.
@@ -215,9 +218,12 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.actOnPods(ctx, bl, p, d, PodsUngate); err != nil {
 		return ctrl.Result{}, err
 	}
+	observeLease(bl, p.facts, d)
 	r.watch(ctx, bl, mem, waitingForOther(p, mem, d))
 	if d.RemoveFinalizer {
 		r.forget(bl.UID)
+		leaseHeld.DeleteLabelValues(bl.Namespace, bl.Name)
+		deadlineRemaining.DeleteLabelValues(bl.Namespace, bl.Name)
 		if controllerutil.RemoveFinalizer(bl, FinalizerName) {
 			if err := r.Update(ctx, bl); err != nil && !apierrors.IsNotFound(err) {
 				return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)

@@ -77,6 +77,7 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 	if t := mem.term; t != nil && !now.Before(t.Deadline) && !mem.selfFenced {
 		mem.selfFenced = true
 		logr.FromContextOrDiscard(ctx).Info("local deadline passed without a renewal: self-fencing", "token", t.Token)
+		selfFences.WithLabelValues(bl.Namespace, bl.Name).Inc()
 	}
 	p.facts = Facts{
 		Now:          now,
@@ -143,6 +144,7 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 			res client.AcquireResult
 			err error
 		)
+		defer func() { observeCall(c, sent, r.Clock.Now(), err) }()
 		switch c {
 		case CallAcquire:
 			res, err = r.LeaseClient.Acquire(ctx, ns, name, p.holder, p.ttl)
@@ -183,7 +185,9 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 		} else if token == 0 {
 			token = mem.recoverToken
 		}
+		sent := r.Clock.Now()
 		err := r.LeaseClient.Release(ctx, ns, name, p.holder, token)
+		observeCall(c, sent, r.Clock.Now(), err)
 		if err != nil && !errors.Is(err, client.ErrConflict) {
 			// Keep the token: the release is retried before anything else.
 			mem.apiErr = err
@@ -197,6 +201,14 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 		mem.observed = client.AcquireResult{FencingToken: token}
 		log.Info("lease released", "token", token)
 	}
+}
+
+func observeCall(c Call, sent, done time.Time, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	leaseCallDuration.WithLabelValues(callName(c), result).Observe(done.Sub(sent).Seconds())
 }
 
 // wallDeadline turns a monotonic deadline into a context deadline.

@@ -189,10 +189,22 @@ func (r *BerthLeaseReconciler) writeStatus(ctx context.Context, bl *berthv1alpha
 	if err != nil {
 		return fmt.Errorf("update status: %w", err)
 	}
-	if r.Recorder != nil {
-		for _, t := range transitions(old, st) {
+	for _, t := range transitions(old, st) {
+		leaseTransitions.WithLabelValues(bl.Namespace, bl.Name, t.reason).Inc()
+		if r.Recorder != nil {
 			r.Recorder.Eventf(bl, nil, t.eventType, t.reason, "LeaseTransition", "%s", t.note)
 		}
 	}
 	return nil
+}
+
+// observeLease sets the gauges of one BerthLease after a reconcile.
+func observeLease(bl *berthv1alpha1.BerthLease, f Facts, d Decision) {
+	held, remaining := 0.0, 0.0
+	if d.Phase == PhaseActive && f.Term != nil {
+		held = 1
+		remaining = max(0, f.Term.Deadline.Sub(f.Now).Seconds())
+	}
+	leaseHeld.WithLabelValues(bl.Namespace, bl.Name).Set(held)
+	deadlineRemaining.WithLabelValues(bl.Namespace, bl.Name).Set(remaining)
 }

@@ -8,9 +8,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -21,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/berthfleet/berth/admission"
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/fleet"
 	"github.com/berthfleet/berth/leaseapi/client"
@@ -83,6 +87,9 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		return err
 	}
 	if o.managedWorkloads {
+		if err := setupAdmission(ctx, cfg, mgr, log); err != nil {
+			return err
+		}
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 			return err
 		}
@@ -164,4 +171,23 @@ func newRegistrar(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme,
 		log.Error(err, "first registration failed; retrying with the heartbeat", "cluster", o.clusterID)
 	}
 	return registrar, nil
+}
+
+// setupAdmission serves the WorkloadAdmission webhooks. Only the agent's own
+// identity may ungate managed Pods; it asks the API server who it is, so the
+// name cannot drift from the credentials it really uses.
+func setupAdmission(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, log logr.Logger) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(rctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("learn the agent's own user name: %w", err)
+	}
+	user := review.Status.UserInfo.Username
+	log.Info("serving workload admission", "operatorUser", user)
+	return admission.SetupWorkloadAdmission(mgr, &admission.WorkloadAdmission{OperatorUser: user, Mutate: true})
 }

@@ -1,0 +1,36 @@
+package reconciler
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// The agent's lease metrics, on controller-runtime's registry (served on
+// --metrics-bind-address). Labels: the BerthLease's namespace and name.
+var (
+	leaseHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "berth_agent_lease_held",
+		Help: "1 while this cluster holds the BerthLease's lease and may run its Pods.",
+	}, []string{"namespace", "name"})
+	leaseTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_agent_lease_transitions_total",
+		Help: "Lease transitions of this cluster, by reason (Acquired, Lost, Released, Stopping, SelfFenced, LeaseAPIUnreachable).",
+	}, []string{"namespace", "name", "reason"})
+	leaseCallDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "berth_agent_lease_call_duration_seconds",
+		Help:    "Time of one lease API call, by call (acquire, renew, recover, release) and result (ok, error).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"call", "result"})
+	deadlineRemaining = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "berth_agent_local_deadline_remaining_seconds",
+		Help: "Time left before the local deadline of the held term, as of the last reconcile (0 when not held).",
+	}, []string{"namespace", "name"})
+	selfFences = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_agent_self_fence_total",
+		Help: "Times the local deadline passed without a renewal, so that the agent stopped its Pods on its own.",
+	}, []string{"namespace", "name"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(leaseHeld, leaseTransitions, leaseCallDuration, deadlineRemaining, selfFences)
+}
