@@ -1,0 +1,170 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+
+	"github.com/berthfleet/berth/test/history"
+	"github.com/berthfleet/berth/test/localfleet"
+)
+
+// binDir holds berth-leaseapi and berth-agent, built once for the suite.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "berth-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	build := exec.Command("go", "build", "-o", dir+"/", "github.com/berthfleet/berth/cmd/berth-leaseapi", "github.com/berthfleet/berth/cmd/berth-agent")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// The suites' workload: short timing so that they are quick, with the
+// heartbeat at a third of the TTL.
+var workload = localfleet.Workload{Namespace: "payments", Name: "exporter", Replicas: 2, TTLSeconds: 6, HeartbeatSeconds: 2}
+
+// sweepInterval is how often the recorder looks at every cluster.
+const sweepInterval = 100 * time.Millisecond
+
+// run is one fleet under test with its recorder.
+type run struct {
+	*localfleet.Fleet
+	rec *history.Recorder
+}
+
+// startFleet runs three clusters with the lease API and an agent each, and
+// records which cluster runs the workload. When the test ends it checks the
+// whole history and stops everything.
+func startFleet(t *testing.T) *run {
+	t.Helper()
+	f, err := localfleet.Start(t.Context(), localfleet.Options{
+		Clusters: 3, BinDir: binDir, WorkDir: t.TempDir(), Workload: workload,
+		Log: testr.NewWithOptions(t, testr.Options{}),
+	})
+	if err != nil {
+		t.Fatalf("start fleet: %v", err)
+	}
+	r := &run{Fleet: f, rec: history.Start(f.Readers(), workload.Namespace, workload.Name, sweepInterval)}
+	t.Cleanup(func() {
+		h := r.rec.Stop()
+		for _, term := range h.Terms() {
+			t.Logf("term: %s token %d from %s to %s", term.Cluster, term.Token, term.First.Format("15:04:05.000"), term.Last.Format("15:04:05.000"))
+		}
+		if err := h.Check(); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			for _, m := range f.Members {
+				if m.Agent != nil {
+					t.Logf("end of %s:\n%s", m.Agent.Log, m.Agent.LogTail(25))
+				}
+			}
+			t.Logf("end of %s:\n%s", f.LeaseAPI.Log, f.LeaseAPI.LogTail(10))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := f.Stop(ctx); err != nil {
+			t.Errorf("stop fleet: %v", err)
+		}
+	})
+	return r
+}
+
+// runner waits until exactly one cluster runs every replica and returns it.
+func (r *run) runner(t *testing.T, timeout time.Duration, what string, not ...string) (string, time.Duration) {
+	t.Helper()
+	var name string
+	took := waitFor(t, timeout, what, func() bool {
+		name = r.rec.Snapshot().Runner(int(workload.Replicas))
+		return name != "" && !contains(not, name)
+	})
+	return name, took
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// waitFor polls cond until it holds, failing the test after timeout; it
+// returns how long it took.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			t.Fatalf("%s: not within %s", what, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// stable fails the test if the runner changes during d.
+func (r *run) stable(t *testing.T, runner string, d time.Duration) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if got := r.rec.Snapshot().Runner(int(workload.Replicas)); got != runner {
+			// A sweep may catch a Pod being recreated; look again before judging.
+			time.Sleep(300 * time.Millisecond)
+			if got = r.rec.Snapshot().Runner(int(workload.Replicas)); got != runner {
+				t.Fatalf("the workload moved from %s to %q without cause", runner, got)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// tokens lists the fencing tokens of the terms so far.
+func (r *run) tokens() []int32 {
+	var out []int32
+	for _, term := range r.rec.Snapshot().Terms() {
+		out = append(out, term.Token)
+	}
+	return out
+}
+
+// summary is the table of measured figures the suite writes for docs/benchmarks.md.
+var summary = struct {
+	sync.Mutex
+	rows []string
+}{}
+
+// record logs a scenario's figures and adds them to the summary; overlap is
+// measured from the history (sweeps in which two clusters ran, times the
+// sweep interval).
+func (r *run) record(t *testing.T, scenario string, failover time.Duration) {
+	h := r.rec.Snapshot()
+	overlap := time.Duration(len(h.Overlaps())) * sweepInterval
+	tokens := r.tokens()
+	t.Logf("%s: failover %.1fs, overlap %.1fs, tokens %v", scenario, failover.Seconds(), overlap.Seconds(), tokens)
+	summary.Lock()
+	defer summary.Unlock()
+	summary.rows = append(summary.rows, fmt.Sprintf("| %s | %.1f | %.1f | %v |", scenario, failover.Seconds(), overlap.Seconds(), tokens))
+	table := "| scenario | failover s | overlap s | tokens |\n|---|---|---|---|\n" + strings.Join(summary.rows, "\n") + "\n"
+	if path := os.Getenv("BERTH_E2E_SUMMARY"); path != "" {
+		_ = os.WriteFile(path, []byte(table), 0o644)
+	}
+}

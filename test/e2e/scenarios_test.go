@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/berthfleet/berth/fleet"
+	"github.com/berthfleet/berth/reconciler"
+)
+
+var ttl = time.Duration(workload.TTLSeconds) * time.Second
+
+// TestAgentsHoldOneLeaseAcrossClusters: exactly one cluster runs the
+// workload and keeps it; a second agent claiming a registered cluster id is
+// refused; cordoning the holder hands the workload over with no overlap.
+func TestAgentsHoldOneLeaseAcrossClusters(t *testing.T) {
+	r := startFleet(t)
+	holder, took := r.runner(t, 90*time.Second, "one cluster runs both replicas")
+	t.Logf("%s runs the workload %s after the fleet started", holder, took.Round(time.Millisecond))
+	for _, m := range r.Members {
+		if m.Name == holder {
+			continue
+		}
+		waitFor(t, 20*time.Second, m.Name+" reports the lease held by "+holder, func() bool {
+			st := m.BerthLease(t.Context()).Status
+			return st.LeaseState == reconciler.StateWaiting && st.CurrentHolder == holder
+		})
+	}
+	r.stable(t, holder, 2*ttl)
+	r.record(t, "steady state over two TTLs", 0)
+	clusters, err := r.LeaseAPI.Admin.ListClusters(t.Context())
+	if err != nil || len(clusters) != 3 {
+		t.Fatalf("registered clusters: %+v, %v; want 3", clusters, err)
+	}
+
+	// A second cluster claiming the holder's id is refused and acts on nothing.
+	var other = r.Members[0]
+	if other.Name == holder {
+		other = r.Members[1]
+	}
+	other.StopAgent()
+	if err := other.StartAgent(holder); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the impostor's BerthLease reports the refused registration", func() bool {
+		c := apimeta.FindStatusCondition(other.BerthLease(t.Context()).Status.Conditions, reconciler.ConditionAcquired)
+		return c != nil && c.Reason == fleet.ReasonRegistrationRefused
+	})
+	if !other.Agent.LogContains("refused this cluster's registration") {
+		t.Errorf("the impostor's log does not say its registration was refused")
+	}
+	r.stable(t, holder, time.Second)
+	other.StopAgent()
+	if err := other.StartAgent(other.Name); err != nil {
+		t.Fatal(err)
+	}
+
+	// Cordon the holder: a planned handover with no overlap.
+	if _, err := r.LeaseAPI.Admin.Cordon(context.Background(), holder); err != nil {
+		t.Fatal(err)
+	}
+	next, handover := r.runner(t, 60*time.Second, "another cluster runs the workload after the cordon", holder)
+	t.Logf("cordon of %s: %s runs the workload %s later", holder, next, handover.Round(time.Millisecond))
+	r.record(t, "cordon the holder", handover)
+	c := apimeta.FindStatusCondition(r.Member(holder).BerthLease(t.Context()).Status.Conditions, reconciler.ConditionAcquired)
+	if c == nil || c.Reason != fleet.ReasonCordoned {
+		t.Errorf("cordoned holder's Acquired condition: %+v, want reason %s", c, fleet.ReasonCordoned)
+	}
+	if _, err := r.LeaseAPI.Admin.Uncordon(context.Background(), holder); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFailover runs the failure scenarios one after the other on one fleet.
+func TestFailover(t *testing.T) {
+	r := startFleet(t)
+	holder, _ := r.runner(t, 90*time.Second, "one cluster runs both replicas")
+
+	// The holder's agent is killed and restarted within the TTL: no failover.
+	m := r.Member(holder)
+	m.StopAgent()
+	time.Sleep(ttl / 3)
+	if err := m.StartAgent(holder); err != nil {
+		t.Fatal(err)
+	}
+	r.stable(t, holder, 2*ttl)
+	if got := r.tokens(); len(got) != 1 {
+		t.Fatalf("terms after an agent restart: tokens %v, want the one term still", got)
+	}
+	r.record(t, "holder agent restarted within the TTL", 0)
+
+	// The lease API is killed with SIGKILL and restarted: no failover, no token reused.
+	r.LeaseAPI.Kill()
+	time.Sleep(time.Second)
+	if err := r.LeaseAPI.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r.stable(t, holder, 2*ttl)
+	if got := r.tokens(); len(got) != 1 {
+		t.Fatalf("terms after a lease API restart: tokens %v, want the one term still", got)
+	}
+	r.record(t, "lease API kill -9 and restart", 0)
+
+	// The holder's agent is cut off from the lease API while its cluster
+	// stays up: it stops its Pods before its TTL runs out, then another
+	// cluster takes over.
+	m.Proxy.Cut()
+	cut := time.Now()
+	stopped := waitFor(t, ttl, "the cut-off holder stops its Pods", func() bool {
+		sweeps := r.rec.Snapshot()
+		last := sweeps[len(sweeps)-1]
+		return last.At.After(cut) && last.Ungated[holder] == 0
+	})
+	t.Logf("%s, cut off, stopped its Pods %s after the cut (TTL %s)", holder, stopped.Round(time.Millisecond), ttl)
+	next, _ := r.runner(t, ttl+30*time.Second, "another cluster runs after the holder was cut off", holder)
+	took := time.Since(cut)
+	t.Logf("%s runs %s after %s was cut off", next, took.Round(time.Millisecond), holder)
+	if stopped >= ttl {
+		t.Errorf("the cut-off holder stopped its Pods %s after the cut, not within its TTL %s", stopped, ttl)
+	}
+	r.record(t, "holder cut off from the lease API", took)
+	m.Proxy.Heal()
+	waitFor(t, 30*time.Second, holder+" finds the lease held by "+next, func() bool {
+		st := m.BerthLease(t.Context()).Status
+		return st.LeaseState == reconciler.StateWaiting && st.CurrentHolder == next
+	})
+	holder, m = next, r.Member(next)
+
+	// The BerthLease is deleted in the holder cluster: it stops, releases,
+	// and another cluster takes over.
+	bl := m.BerthLease(t.Context())
+	deleted := time.Now()
+	if err := m.Client.Delete(t.Context(), &bl); err != nil {
+		t.Fatal(err)
+	}
+	next, took = r.runner(t, 60*time.Second, "another cluster runs after the BerthLease was deleted", holder)
+	waitFor(t, 30*time.Second, "the deleted BerthLease is gone", func() bool {
+		return m.BerthLease(t.Context()).Name == ""
+	})
+	t.Logf("BerthLease deleted in %s at %s: %s runs %s later", holder, deleted.Format("15:04:05.000"), next, took.Round(time.Millisecond))
+	r.record(t, "BerthLease deleted in the holder", took)
+	// Bring the BerthLease back so the cluster competes again.
+	if err := m.ApplyWorkload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, holder+" waits for the lease again", func() bool {
+		return m.BerthLease(t.Context()).Status.LeaseState == reconciler.StateWaiting
+	})
+
+	// The holder cluster is lost: its control plane and its agent die.
+	lost := r.Member(next)
+	lost.StopAgent()
+	if err := lost.Cluster.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	third, took := r.runner(t, ttl+30*time.Second, "another cluster runs after the holder cluster was lost", next)
+	t.Logf("cluster %s lost: %s runs %s later (TTL %s)", next, third, took.Round(time.Millisecond), ttl)
+	if took > ttl+15*time.Second {
+		t.Errorf("takeover after a lost cluster took %s, want within the TTL plus a few seconds", took)
+	}
+	r.record(t, "holder cluster lost", took)
+
+	tokens := r.tokens()
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Errorf("tokens %v do not strictly increase", tokens)
+		}
+	}
+}

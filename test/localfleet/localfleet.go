@@ -1,0 +1,205 @@
+// Package localfleet runs a whole Berth fleet on this machine: local
+// clusters (test/kubeenv), berth-leaseapi, and one berth-agent per cluster as
+// real processes, with the same BerthLease and managed Deployment applied to
+// every cluster as GitOps would. The end-to-end suites and `make demo` use
+// it; it knows nothing of testing.T.
+//
+// The Deployment's Pod template carries the scheduling gate and the
+// BerthLease's UID label itself, as Berth's admission would stamp them, so
+// that a fleet does not depend on webhook registrations pointing at
+// processes on this machine.
+package localfleet
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/berthfleet/berth/leaseapi/client"
+	"github.com/berthfleet/berth/test/kubeenv"
+)
+
+// AdminSubject is the lease API administrator of a fleet.
+const AdminSubject = "ops"
+
+// Options says what fleet to run.
+type Options struct {
+	// Clusters is the number of clusters (default 3).
+	Clusters int
+	// BinDir holds berth-leaseapi and berth-agent.
+	BinDir string
+	// WorkDir holds everything the fleet writes.
+	WorkDir string
+	// Workload is what every cluster runs under one BerthLease.
+	Workload Workload
+	Log      logr.Logger
+}
+
+// Fleet is a running fleet.
+type Fleet struct {
+	Env      *kubeenv.Env
+	LeaseAPI *LeaseAPI
+	Members  []*Member
+	opts     Options
+}
+
+// Start runs the clusters, the lease API, applies the workload everywhere
+// and starts one agent per cluster. On error everything started is stopped.
+func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
+	if opts.Clusters == 0 {
+		opts.Clusters = 3
+	}
+	opts.Workload = opts.Workload.withDefaults()
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	f = &Fleet{opts: opts}
+	defer func() {
+		if err != nil {
+			f.Stop(context.Background())
+		}
+	}()
+	if f.Env, err = kubeenv.Start(ctx, kubeenv.Options{Clusters: opts.Clusters, WorkDir: filepath.Join(opts.WorkDir, "clusters"), Log: opts.Log}); err != nil {
+		return f, err
+	}
+	var ids []string
+	for _, c := range f.Env.Clusters {
+		ids = append(ids, c.Name)
+	}
+	if f.LeaseAPI, err = StartLeaseAPI(ctx, opts.BinDir, filepath.Join(opts.WorkDir, "leaseapi"), ids); err != nil {
+		return f, err
+	}
+	for _, c := range f.Env.Clusters {
+		m, err := newMember(ctx, c, f, filepath.Join(opts.WorkDir, c.Name))
+		if err != nil {
+			return f, err
+		}
+		f.Members = append(f.Members, m)
+	}
+	for _, m := range f.Members {
+		if err := m.StartAgent(m.Name); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+// Member returns the member named name.
+func (f *Fleet) Member(name string) *Member {
+	for _, m := range f.Members {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// Readers gives the history recorder a client per cluster.
+func (f *Fleet) Readers() map[string]ctrlclient.Reader {
+	out := map[string]ctrlclient.Reader{}
+	for _, m := range f.Members {
+		out[m.Name] = m.Client
+	}
+	return out
+}
+
+// Stop ends every process of the fleet.
+func (f *Fleet) Stop(ctx context.Context) error {
+	var errs []error
+	for _, m := range f.Members {
+		m.stop()
+	}
+	if f.LeaseAPI != nil {
+		f.LeaseAPI.Kill()
+	}
+	if f.Env != nil {
+		errs = append(errs, f.Env.Stop(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// LeaseAPI is a running berth-leaseapi with a token per cluster and one for
+// the administrator.
+type LeaseAPI struct {
+	*Process
+	URL   string
+	Admin *client.Client
+	// TokenFiles maps a subject to the file with its token.
+	TokenFiles map[string]string
+	binDir     string
+	dir        string
+	addr       string
+}
+
+// StartLeaseAPI runs berth-leaseapi on a free loopback port with a token for
+// each subject and for AdminSubject.
+func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string) (*LeaseAPI, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	api := &LeaseAPI{binDir: binDir, dir: dir, TokenFiles: map[string]string{}}
+	var lines strings.Builder
+	for _, s := range append(append([]string(nil), subjects...), AdminSubject) {
+		token := s + "-token"
+		sum := sha256.Sum256([]byte(token))
+		fmt.Fprintf(&lines, "%s:%s\n", s, hex.EncodeToString(sum[:]))
+		path := filepath.Join(dir, s+".token")
+		if err := os.WriteFile(path, []byte(token), 0o600); err != nil {
+			return nil, err
+		}
+		api.TokenFiles[s] = path
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokens"), []byte(lines.String()), 0o600); err != nil {
+		return nil, err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	api.addr = fmt.Sprintf("127.0.0.1:%d", port)
+	api.URL = "http://" + api.addr
+	if api.Admin, err = client.New(client.Config{URL: api.URL, TokenFile: api.TokenFiles[AdminSubject], Timeout: 2 * time.Second}); err != nil {
+		return nil, err
+	}
+	return api, api.Start(ctx)
+}
+
+// Start runs (or runs again, on the same store) the server and waits until
+// it is ready.
+func (a *LeaseAPI) Start(ctx context.Context) error {
+	p, err := StartProcess(filepath.Join(a.binDir, "berth-leaseapi"), filepath.Join(a.dir, fmt.Sprintf("berth-leaseapi-%d.log", time.Now().UnixNano())),
+		"--listen", a.addr, "--metrics-listen", "", "--sqlite-path", filepath.Join(a.dir, "leases.db"),
+		"--token-file", filepath.Join(a.dir, "tokens"), "--admin-subjects", AdminSubject)
+	if err != nil {
+		return err
+	}
+	a.Process = p
+	return waitUntil(ctx, 20*time.Second, "berth-leaseapi ready", func() bool {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return a.Admin.Ready(rctx) == nil
+	})
+}
+
+// waitUntil polls cond every 100ms until it holds, ctx ends or timeout passes.
+func waitUntil(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not within %s", what, timeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package localfleet
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/kubeenv"
+)
+
+// Scheme knows the built-in types and BerthLease.
+var Scheme = func() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = berthv1alpha1.AddToScheme(s)
+	return s
+}()
+
+// Workload is the BerthLease and managed Deployment every cluster gets.
+type Workload struct {
+	Namespace, Name  string
+	Replicas         int32
+	TTLSeconds       int32
+	HeartbeatSeconds int32
+	// ClusterHeartbeat is the agents' --cluster-heartbeat-interval.
+	ClusterHeartbeat time.Duration
+}
+
+func (w Workload) withDefaults() Workload {
+	if w.Namespace == "" {
+		w.Namespace = "payments"
+	}
+	if w.Name == "" {
+		w.Name = "exporter"
+	}
+	if w.Replicas == 0 {
+		w.Replicas = 2
+	}
+	if w.TTLSeconds == 0 {
+		w.TTLSeconds = 6
+	}
+	if w.HeartbeatSeconds == 0 {
+		w.HeartbeatSeconds = 2
+	}
+	if w.ClusterHeartbeat == 0 {
+		w.ClusterHeartbeat = time.Second
+	}
+	return w
+}
+
+// Member is one cluster of the fleet with its agent.
+type Member struct {
+	Name    string
+	Cluster *kubeenv.Cluster
+	Client  ctrlclient.Client
+	Agent   *Process
+	// Proxy sits between the agent and the lease API, so that a test can
+	// cut this cluster off.
+	Proxy *Proxy
+	dir   string
+	fleet *Fleet
+}
+
+func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*Member, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	cfg := c.RESTConfig()
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{crdDir()}, Scheme: Scheme}); err != nil {
+		return nil, fmt.Errorf("%s: install CRDs: %w", c.Name, err)
+	}
+	cl, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: Scheme})
+	if err != nil {
+		return nil, err
+	}
+	proxy, err := StartProxy(f.LeaseAPI.addr)
+	if err != nil {
+		return nil, err
+	}
+	m := &Member{Name: c.Name, Cluster: c, Client: cl, Proxy: proxy, dir: dir, fleet: f}
+	return m, m.ApplyWorkload(ctx)
+}
+
+// crdDir is deploy/crd of this module, wherever the caller runs from.
+func crdDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "crd")
+}
+
+// ApplyWorkload creates the namespace, the BerthLease and the Deployment.
+func (m *Member) ApplyWorkload(ctx context.Context) error {
+	w := m.fleet.opts.Workload
+	if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%s: create namespace: %w", m.Name, err)
+	}
+	bl := &berthv1alpha1.BerthLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name},
+		Spec:       berthv1alpha1.BerthLeaseSpec{TTLSeconds: w.TTLSeconds, HeartbeatIntervalSeconds: w.HeartbeatSeconds},
+	}
+	if err := m.Client.Create(ctx, bl); err != nil {
+		return fmt.Errorf("%s: create BerthLease: %w", m.Name, err)
+	}
+	podLabels := map[string]string{"app": w.Name, reconciler.ManagedLease: w.Name, reconciler.ManagedUID: string(bl.UID)}
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(w.Replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": w.Name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec: corev1.PodSpec{
+					SchedulingGates: []corev1.PodSchedulingGate{{Name: reconciler.SchedulingGate}},
+					Containers:      []corev1.Container{{Name: w.Name, Image: "registry.k8s.io/pause:3.10"}},
+				},
+			},
+		},
+	}
+	err := m.Client.Create(ctx, deploy)
+	if apierrors.IsAlreadyExists(err) {
+		// A BerthLease made anew has a new UID: the template must name it,
+		// as a GitOps tool re-rendering the manifests would.
+		err = m.Client.Patch(ctx, deploy, ctrlclient.Merge)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: apply Deployment: %w", m.Name, err)
+	}
+	return nil
+}
+
+// BerthLease reads the member's BerthLease (empty if it cannot).
+func (m *Member) BerthLease(ctx context.Context) berthv1alpha1.BerthLease {
+	w := m.fleet.opts.Workload
+	bl := berthv1alpha1.BerthLease{}
+	_ = m.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: w.Namespace, Name: w.Name}, &bl)
+	return bl
+}
+
+// StartAgent runs berth-agent for this cluster as clusterID (normally the
+// member's own name; another id simulates a misconfigured agent).
+func (m *Member) StartAgent(clusterID string) error {
+	api := m.fleet.LeaseAPI
+	token, ok := api.TokenFiles[clusterID]
+	if !ok {
+		return fmt.Errorf("no lease API token for %s", clusterID)
+	}
+	certDir := filepath.Join(m.dir, "webhook-certs")
+	if err := writeSelfSignedCert(certDir); err != nil {
+		return err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	p, err := StartProcess(filepath.Join(m.fleet.opts.BinDir, "berth-agent"), filepath.Join(m.dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())),
+		"--cluster-id", clusterID,
+		"--kubeconfig", m.Cluster.KubeconfigPath,
+		"--lease-api-url", "http://"+m.Proxy.Addr,
+		"--lease-api-token-file", token,
+		"--managed-workloads",
+		"--webhook-port", fmt.Sprint(port),
+		"--webhook-cert-dir", certDir,
+		"--metrics-bind-address", "0",
+		"--health-probe-bind-address", "0",
+		"--cluster-heartbeat-interval", m.fleet.opts.Workload.ClusterHeartbeat.String(),
+	)
+	if err != nil {
+		return err
+	}
+	m.Agent = p
+	return nil
+}
+
+// StopAgent kills the member's agent, as a crash would.
+func (m *Member) StopAgent() { m.Agent.Kill() }
+
+func (m *Member) stop() {
+	m.StopAgent()
+	if m.Proxy != nil {
+		m.Proxy.Close()
+	}
+}
+
+func writeSelfSignedCert(dir string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "berth-agent"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+}
