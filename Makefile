@@ -85,7 +85,7 @@ bench: build ## Run the benchmarks and print the figures quoted in docs/benchmar
 ##@ Running
 
 .PHONY: demo
-demo: build ## Show Berth at work on this machine; finishes by itself.
+demo: tools build ## Three local clusters, the lease API and an agent each: kill the running cluster, watch the takeover.
 	$(GO) run ./test/demo --bin $(BIN)
 
 ##@ Tools

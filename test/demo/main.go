@@ -1,7 +1,9 @@
-// Command demo shows Berth's lease API at work on this machine: it starts
-// berth-leaseapi with its defaults, has two holders contend for one lease,
-// stops the holder's renewals as if it had died, and shows the other taking
-// over with a higher fencing token. It finishes by itself.
+// Command demo shows Berth's main job on this machine: three local
+// Kubernetes clusters, the lease API, one agent per cluster, and the same
+// workload applied to all three. One cluster runs it while the others wait
+// behind the scheduling gate; then the running cluster is killed, and another
+// takes over with a higher fencing token. It finishes by itself, cleans up
+// after itself, and needs no terminal.
 package main
 
 import (
@@ -10,26 +12,24 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/berthfleet/berth/leaseapi/client"
+	"github.com/berthfleet/berth/test/history"
+	"github.com/berthfleet/berth/test/localfleet"
 )
 
-const (
-	namespace = "payments"
-	name      = "billing-exporter"
-	ttl       = 3 * time.Second
-	heartbeat = 500 * time.Millisecond
-	apiURL    = "http://127.0.0.1:8443"
-)
+var workload = localfleet.Workload{Namespace: "payments", Name: "billing-exporter", Replicas: 2, TTLSeconds: 6, HeartbeatSeconds: 2}
 
 func main() {
-	bin := flag.String("bin", "bin", "folder with the berth binaries")
+	bin := flag.String("bin", "bin", "folder with berth-leaseapi and berth-agent")
 	flag.Parse()
-	if err := run(*bin); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
@@ -41,8 +41,8 @@ func say(format string, args ...any) {
 	fmt.Printf("[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-func run(bin string) error {
-	binary, err := filepath.Abs(filepath.Join(bin, "berth-leaseapi"))
+func run(ctx context.Context, bin string) error {
+	bin, err := filepath.Abs(bin)
 	if err != nil {
 		return err
 	}
@@ -52,132 +52,131 @@ func run(bin string) error {
 	}
 	defer os.RemoveAll(dir)
 
-	say("starting berth-leaseapi with its defaults (listen 127.0.0.1:8443, store ./berth-leases.db in %s)", dir)
-	logFile, err := os.Create(filepath.Join(dir, "berth-leaseapi.log"))
+	say("starting 3 local clusters (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes), the lease API and 3 agents")
+	f, err := localfleet.Start(ctx, localfleet.Options{Clusters: 3, BinDir: bin, WorkDir: dir, Workload: workload})
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
-	server := exec.Command(binary)
-	server.Dir = dir
-	server.Stdout, server.Stderr = logFile, logFile
-	server.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := server.Start(); err != nil {
-		return fmt.Errorf("start berth-leaseapi: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- server.Wait() }()
 	defer func() {
-		_ = server.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-			say("berth-leaseapi stopped")
-		case <-time.After(10 * time.Second):
-			_ = server.Process.Kill()
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := f.Stop(sctx); err != nil {
+			say("stopping: %v", err)
 		}
+		say("stopped every process; removed %s", dir)
 	}()
+	say("fleet up; BerthLease %s/%s (TTL %ds, heartbeat %ds) and a Deployment of %d managed Pods applied to every cluster",
+		workload.Namespace, workload.Name, workload.TTLSeconds, workload.HeartbeatSeconds, workload.Replicas)
 
-	c, err := client.New(client.Config{URL: apiURL, Timeout: 2 * time.Second})
+	rec := history.Start(f.Readers(), workload.Namespace, workload.Name, 100*time.Millisecond)
+	table := &table{}
+	for _, m := range f.Members {
+		table.clusters = append(table.clusters, m.Name)
+	}
+	holder, err := waitForRunner(ctx, rec, table, "", time.Minute)
 	if err != nil {
 		return err
 	}
-	if err := waitReady(c, exited, logFile.Name()); err != nil {
+	say("%s runs the workload; the other clusters' Pods wait behind the scheduling gate", holder)
+	if err := watch(ctx, rec, table, 2*time.Duration(workload.TTLSeconds)*time.Second); err != nil {
 		return err
 	}
-	say("lease API ready at %s", apiURL)
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	eastCtx, eastDies := context.WithCancel(ctx)
-	eastFirst, westTook := make(chan int32, 1), make(chan int32, 1)
-	go contend(eastCtx, c, "east", eastFirst)
-	first := <-eastFirst
-	go contend(ctx, c, "west", westTook)
-
-	time.Sleep(2 * time.Second)
-	say("east stops renewing, as if its cluster died; its lease runs out in at most %s", ttl)
-	eastDies()
-	stopped := time.Now()
-
-	var second int32
-	select {
-	case second = <-westTook:
-	case <-ctx.Done():
-		return errors.New("west never took the lease over")
+	say("killing cluster %s: its control plane and its agent die at once", holder)
+	m := f.Member(holder)
+	m.StopAgent()
+	if err := m.Cluster.Stop(ctx); err != nil {
+		return err
 	}
-	say("west took over %.1fs after east stopped, with fencing token %d (east had %d)", time.Since(stopped).Seconds(), second, first)
-	if second <= first {
-		return fmt.Errorf("fencing token went from %d to %d; it must grow", first, second)
-	}
-	l, err := c.GetLease(ctx, namespace, name)
+	killed := time.Now()
+	next, err := waitForRunner(ctx, rec, table, holder, time.Minute)
 	if err != nil {
 		return err
 	}
-	say("GET %s/%s: holder=%s fencingToken=%d expiresAt=%s", l.Namespace, l.Name, l.Holder, l.FencingToken, l.ExpiresAt.Format(time.RFC3339))
-	time.Sleep(heartbeat)
-	cancel()
+	say("%s took over %.1fs after %s died (TTL %ds): the lease ran out, and only then did another cluster start",
+		next, time.Since(killed).Seconds(), holder, workload.TTLSeconds)
+	if err := watch(ctx, rec, table, 3*time.Second); err != nil {
+		return err
+	}
+
+	h := rec.Stop()
+	terms := h.Terms()
+	for _, t := range terms {
+		say("term: %s with fencing token %d", t.Cluster, t.Token)
+	}
+	if err := h.Check(); err != nil {
+		return err
+	}
+	if len(terms) < 2 || terms[len(terms)-1].Token <= terms[0].Token {
+		return fmt.Errorf("expected a takeover with a higher fencing token, saw %v", terms)
+	}
+	say("never two clusters at once; fencing token %d → %d", terms[0].Token, terms[len(terms)-1].Token)
 	return nil
 }
 
-// contend acquires the lease for holder every heartbeat until ctx ends,
-// reporting each change it sees and sending its first grant on took.
-func contend(ctx context.Context, c *client.Client, holder string, took chan<- int32) {
-	var last string
-	t := time.NewTicker(heartbeat)
-	defer t.Stop()
-	for {
-		res, err := c.Acquire(ctx, namespace, name, holder, ttl)
-		var line string
+// table prints a line whenever what the clusters run changes.
+type table struct {
+	clusters []string
+	last     string
+}
+
+func (t *table) show(h history.History) {
+	if len(h) == 0 {
+		return
+	}
+	s := h[len(h)-1]
+	var parts []string
+	for _, c := range t.clusters {
+		n, read := s.Ungated[c]
 		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			line = fmt.Sprintf("%s: lease API error: %v", holder, err)
-		case res.Acquired:
-			line = fmt.Sprintf("%s: holds %s/%s with fencing token %d", holder, namespace, name, res.FencingToken)
-			select {
-			case took <- res.FencingToken:
-			default:
+		case !read:
+			parts = append(parts, fmt.Sprintf("%s: unreachable", c))
+		case n > 0:
+			state := "RUNNING"
+			if s.Running[c] < n {
+				state = "starting"
 			}
+			token := "?"
+			if len(s.Tokens[c]) > 0 {
+				token = fmt.Sprint(s.Tokens[c][0])
+			}
+			parts = append(parts, fmt.Sprintf("%s: %s %d/%d, token %s", c, state, s.Running[c], workload.Replicas, token))
 		default:
-			line = fmt.Sprintf("%s: waiting; held by %s (token %d) until %s", holder, res.Holder, res.FencingToken, res.ExpiresAt.Format("15:04:05.0"))
+			parts = append(parts, fmt.Sprintf("%s: gated", c))
 		}
-		if line != last {
-			say("%s", line)
-			last = line
+	}
+	if line := strings.Join(parts, " | "); line != t.last {
+		say("%s", line)
+		t.last = line
+	}
+}
+
+func waitForRunner(ctx context.Context, rec *history.Recorder, t *table, not string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		h := rec.Snapshot()
+		t.show(h)
+		if r := h.Runner(int(workload.Replicas)); r != "" && r != not {
+			return r, nil
 		}
 		select {
 		case <-ctx.Done():
-			return
-		case <-t.C:
+			return "", ctx.Err()
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	return "", errors.New("no cluster ran the workload in time")
 }
 
-func waitReady(c *client.Client, exited <-chan error, logPath string) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+func watch(ctx context.Context, rec *history.Recorder, t *table, d time.Duration) error {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		t.show(rec.Snapshot())
 		select {
-		case err := <-exited:
-			log, _ := os.ReadFile(logPath)
-			return fmt.Errorf("berth-leaseapi exited (%v); is port 8443 in use?\n%s", err, tail(log))
-		default:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ready(ctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
-	return errors.New("berth-leaseapi did not become ready within 15s")
-}
-
-func tail(b []byte) string {
-	const n = 2000
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
+	return nil
 }

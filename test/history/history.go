@@ -27,7 +27,8 @@ import (
 // Sweep is one look at every cluster.
 type Sweep struct {
 	At time.Time
-	// Ungated counts, per cluster, the ungated managed Pods that exist.
+	// Ungated counts, per cluster, the ungated managed Pods that exist. A
+	// cluster that could not be read (it may be down) has no entry.
 	Ungated map[string]int
 	// Running counts, per cluster, the ungated Pods reported Running.
 	Running map[string]int
@@ -102,6 +103,7 @@ func (r *Recorder) sweep(ctx context.Context) (Sweep, bool) {
 			}
 			continue
 		}
+		s.Ungated[name] += 0 // read: present, even with nothing ungated
 		for _, p := range pods.Items {
 			if slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == reconciler.SchedulingGate }) {
 				continue
