@@ -64,7 +64,7 @@ lint: $(TOOLS_BIN)/golangci-lint ## Run golangci-lint.
 ##@ Testing
 
 .PHONY: test
-test: tools build vet test-unit fuzz ## Run every test: unit, integration, fuzz smoke, process and end-to-end.
+test: tools build vet lint verify-gen test-unit fuzz ## Run every test and check: lint, generated files, unit, integration, fuzz smoke, process and end-to-end.
 
 .PHONY: test-unit
 test-unit: ## Run the Go tests (needs `make tools` for the suites on real clusters).

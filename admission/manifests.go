@@ -98,7 +98,7 @@ func (o ManifestOptions) validate() error {
 			errs = append(errs, fmt.Errorf("URL %q: want https://host[:port] with no path, query or user", o.URL))
 		}
 	case o.Service.Namespace == "" || o.Service.Name == "":
-		errs = append(errs, errors.New("Service needs a namespace and a name"))
+		errs = append(errs, errors.New("the Service needs a namespace and a name"))
 	}
 	if o.TimeoutSeconds < 1 || o.TimeoutSeconds > 30 {
 		errs = append(errs, fmt.Errorf("TimeoutSeconds %d: want 1 to 30", o.TimeoutSeconds))

@@ -193,7 +193,8 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if err := r.Update(ctx, bl); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
-		return ctrl.Result{Requeue: true}, nil
+		// The update's watch event brings the next reconcile.
+		return ctrl.Result{}, nil
 	}
 
 	mem := r.memoryOf(bl)

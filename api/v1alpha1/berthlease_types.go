@@ -124,7 +124,3 @@ type BerthLeaseList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []BerthLease `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&BerthLease{}, &BerthLeaseList{})
-}

@@ -65,7 +65,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	f = &Fleet{opts: opts}
 	defer func() {
 		if err != nil {
-			f.Stop(context.Background())
+			err = errors.Join(err, f.Stop(context.Background()))
 		}
 	}()
 	if f.Env, err = kubeenv.Start(ctx, kubeenv.Options{Clusters: opts.Clusters, WorkDir: filepath.Join(opts.WorkDir, "clusters"), Log: opts.Log}); err != nil {

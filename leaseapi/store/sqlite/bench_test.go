@@ -18,7 +18,7 @@ func BenchmarkRenew(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	const holders = 500
 	leases := make([]store.Lease, holders)
 	for i := range leases {

@@ -68,7 +68,7 @@ func TestRecordsSurviveReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	got, err := s.GetLease(t.Context(), "ns", "a")
 	if err != nil {
 		t.Fatal(err)
