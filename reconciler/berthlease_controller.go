@@ -102,6 +102,8 @@ type BerthLeaseReconciler struct {
 // a term's deadline lives on the monotonic clock, so it cannot be stored in
 // status.
 type memory struct {
+	// name is the BerthLease's namespace and name.
+	name types.NamespacedName
 	// started: status was consulted once for a term to recover.
 	started      bool
 	term         *Term
@@ -184,6 +186,9 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	bl := &berthv1alpha1.BerthLease{}
 	if err := r.Get(ctx, req.NamespacedName, bl); err != nil {
 		if apierrors.IsNotFound(err) {
+			// Gone without our finalizer (e.g. it was never added): drop
+			// what we kept of it and stop its long poll.
+			r.forgetName(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get BerthLease: %w", err)
@@ -280,9 +285,21 @@ func (r *BerthLeaseReconciler) memoryOf(bl *berthv1alpha1.BerthLease) *memory {
 	if m, ok := r.memory[bl.UID]; ok {
 		return m
 	}
-	m := &memory{}
+	m := &memory{name: ctrlclient.ObjectKeyFromObject(bl)}
 	r.memory[bl.UID] = m
 	return m
+}
+
+// forgetName forgets every BerthLease of that name, whatever its UID.
+func (r *BerthLeaseReconciler) forgetName(name types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid, m := range r.memory {
+		if m.name == name {
+			m.stopWatching()
+			delete(r.memory, uid)
+		}
+	}
 }
 
 func (r *BerthLeaseReconciler) forget(uid types.UID) {
