@@ -38,7 +38,7 @@ build: ## Build berth-leaseapi, berth-agent and berthctl into bin/.
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 .PHONY: generate
-generate: $(TOOLS_BIN)/controller-gen ## Generate deepcopy, CRDs and RBAC from the kubebuilder markers.
+generate: $(TOOLS_BIN)/controller-gen ## Generate deepcopy, CRDs and RBAC from the markers, and the admission manifests.
 	$(TOOLS_BIN)/controller-gen object paths=./api/...
 	$(TOOLS_BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=deploy/crd
 	$(TOOLS_BIN)/controller-gen rbac:roleName=berth-agent paths=./... output:rbac:artifacts:config=deploy/rbac
@@ -64,10 +64,10 @@ lint: $(TOOLS_BIN)/golangci-lint ## Run golangci-lint.
 ##@ Testing
 
 .PHONY: test
-test: tools build vet lint verify-gen test-unit fuzz ## Run every test and check: lint, generated files, unit, integration, fuzz smoke, process and end-to-end.
+test: tools build vet lint verify-gen test-go fuzz ## Run every test and check: lint, generated files, unit, integration, fuzz smoke, process and end-to-end.
 
-.PHONY: test-unit
-test-unit: ## Run the Go tests (needs `make tools` for the suites on real clusters).
+.PHONY: test-go
+test-go: ## Run the Go tests (needs `make tools` for the suites on real clusters).
 	$(GO) test -count=1 -timeout 25m ./...
 
 .PHONY: fuzz

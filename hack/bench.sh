@@ -63,3 +63,7 @@ echo "| load | holders | target/s | renews/s | p50 ms | p99 ms | errors/lost | r
 echo "|---|---|---|---|---|---|---|---|"
 report open p99Ms
 report closed throughput
+
+echo
+echo "bench: the store alone (500 goroutines, group commit), 3 runs:"
+go test -run '^$' -bench BenchmarkRenew -benchtime 40000x -count 3 ./leaseapi/store/sqlite | grep '^BenchmarkRenew'
