@@ -5,5 +5,8 @@
 // marks it cordoned, or when it refused the registration because another
 // live cluster holds the same id.
 //
+// KubeconfigDir is the multicluster-runtime provider of fleet mode: the
+// clusters whose kubeconfigs are the files of a folder.
+//
 // What a BerthLease does with that is package reconciler's concern.
 package fleet

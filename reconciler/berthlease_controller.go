@@ -96,6 +96,8 @@ type BerthLeaseReconciler struct {
 	memory map[types.UID]*memory
 	// wake carries long-poll events into the controller.
 	wake chan event.GenericEvent
+	// stopped: Stop was called; no long poll starts any more.
+	stopped bool
 }
 
 // memory is what the reconciler keeps of one BerthLease between reconciles;
@@ -133,24 +135,25 @@ func (r *BerthLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("berth-agent")
 	}
-	r.wake = make(chan event.GenericEvent)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&berthv1alpha1.BerthLease{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToBerthLease),
-			builder.WithPredicates(predicate.NewPredicateFuncs(isManaged))).
-		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(PodToBerthLease),
+			builder.WithPredicates(predicate.NewPredicateFuncs(IsManaged))).
+		WatchesRawSource(source.Channel(r.Wakes(), &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("berthlease").
 		Complete(r)
 }
 
-func isManaged(o ctrlclient.Object) bool {
+// IsManaged reports whether o is a managed Pod (it names a BerthLease).
+func IsManaged(o ctrlclient.Object) bool {
 	_, ok := o.GetLabels()[ManagedLease]
 	return ok
 }
 
-// podToBerthLease maps a managed Pod to the BerthLease it names.
-func podToBerthLease(_ context.Context, o ctrlclient.Object) []reconcile.Request {
+// PodToBerthLease maps a managed Pod to the BerthLease it names (a
+// controller's MapFunc).
+func PodToBerthLease(_ context.Context, o ctrlclient.Object) []reconcile.Request {
 	name := o.GetLabels()[ManagedLease]
 	if name == "" {
 		return nil

@@ -26,7 +26,7 @@ const watchWait = 30 * time.Second
 // the BerthLease's reconcile through the controller's event channel.
 func (r *BerthLeaseReconciler) watch(ctx context.Context, bl *berthv1alpha1.BerthLease, mem *memory, waiting bool) {
 	lw, ok := r.LeaseClient.(LeaseWatcher)
-	if !ok || r.wake == nil {
+	if !ok || r.wake == nil || r.isStopped() {
 		return
 	}
 	if !waiting {
@@ -105,4 +105,35 @@ func (r *BerthLeaseReconciler) WakeAll(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// Wakes returns the channel by which the reconciler asks for a BerthLease to
+// be reconciled now (its long polls, WakeAll). SetupWithManager wires it
+// into its controller; a caller that runs Reconcile under a controller of
+// its own (fleet mode) forwards the events, and must call it before the
+// first Reconcile.
+func (r *BerthLeaseReconciler) Wakes() <-chan event.GenericEvent {
+	if r.wake == nil {
+		r.wake = make(chan event.GenericEvent)
+	}
+	return r.wake
+}
+
+// Stop ends every long poll and forgets every BerthLease, without touching
+// a lease or a Pod: fleet mode calls it when a cluster leaves the agent,
+// whose Pods are then out of its reach. No long poll starts afterwards.
+func (r *BerthLeaseReconciler) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	for uid, m := range r.memory {
+		m.stopWatching()
+		delete(r.memory, uid)
+	}
+}
+
+func (r *BerthLeaseReconciler) isStopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped
 }

@@ -40,7 +40,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.leaseAPIURL, "lease-api-url", "", "URL of berth-leaseapi, e.g. https://berth-leaseapi.example:8443")
 	fs.StringVar(&o.leaseAPITokenFile, "lease-api-token-file", "", "file with the bearer token for the lease API (re-read when it changes)")
 	fs.StringVar(&o.leaseAPICAFile, "lease-api-ca-file", "", "CA bundle that verifies the lease API's certificate")
-	fs.StringVar(&o.fleetKubeconfigDir, "fleet-kubeconfig-dir", "", "fleet mode: one kubeconfig per cluster in this folder, cluster id = file name without extension")
+	fs.StringVar(&o.fleetKubeconfigDir, "fleet-kubeconfig-dir", "", "fleet mode: one kubeconfig per cluster in this folder (<cluster>.kubeconfig, lease API token in <cluster>.token), cluster id = file name without extension; --kubeconfig is then the host cluster of leader election")
 	fs.BoolVar(&o.managedWorkloads, "managed-workloads", false, "gate and stop the managed Pods of each BerthLease (needs Berth's admission installed)")
 	fs.StringVar(&o.operatorNamespace, "operator-namespace", "berth-system", "namespace the agent runs in (leader election lives here)")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server")
@@ -55,8 +55,15 @@ func (o *options) validate() error {
 	switch {
 	case o.leaseAPIURL == "":
 		return fmt.Errorf("--lease-api-url is required")
-	case o.fleetKubeconfigDir != "":
-		return fmt.Errorf("--fleet-kubeconfig-dir: fleet mode is not available in this build yet; run one agent per cluster")
+	case o.fleetKubeconfigDir == "":
+		return nil
+	case o.clusterID != "":
+		return fmt.Errorf("--cluster-id: in fleet mode each cluster's id is its kubeconfig's file name")
+	case o.leaderElect && o.kubeconfig == "":
+		return fmt.Errorf("--leader-elect in fleet mode needs --kubeconfig: the host cluster where the election runs")
+	}
+	if fi, err := os.Stat(o.fleetKubeconfigDir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("--fleet-kubeconfig-dir %s: not a folder", o.fleetKubeconfigDir)
 	}
 	return nil
 }

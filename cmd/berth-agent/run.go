@@ -32,19 +32,19 @@ import (
 )
 
 func run(ctx context.Context, o options, log logr.Logger) error {
+	if o.fleetKubeconfigDir != "" {
+		return runFleet(ctx, o, log)
+	}
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
 		return err
 	}
-	leases, err := client.New(client.Config{URL: o.leaseAPIURL, TokenFile: o.leaseAPITokenFile, CAFile: o.leaseAPICAFile, Log: log.WithName("leaseapi")})
+	leases, err := newLeaseClient(o, o.leaseAPITokenFile, log)
 	if err != nil {
-		return fmt.Errorf("lease API client: %w", err)
-	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
 	}
-	if err := berthv1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := newScheme()
+	if err != nil {
 		return err
 	}
 	mgr, err := newManager(cfg, scheme, o)
@@ -60,7 +60,11 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		OperatorNamespace: o.operatorNamespace,
 	}
 	if o.clusterID != "" {
-		registrar, err := newRegistrar(ctx, cfg, scheme, leases, o, log)
+		direct, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: scheme})
+		if err != nil {
+			return err
+		}
+		registrar, err := newRegistrar(ctx, direct, leases, o.clusterID, o, log)
 		if err != nil {
 			return err
 		}
@@ -76,14 +80,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the BerthLease controller: %w", err)
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("lease-api", func(req *http.Request) error {
-		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
-		defer cancel()
-		return leases.Ready(ctx)
-	}); err != nil {
+	if err := addProbes(mgr, leases); err != nil {
 		return err
 	}
 	if o.managedWorkloads {
@@ -96,6 +93,44 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	}
 	log.Info("starting berth-agent", "version", version, "cluster", o.clusterID, "managedWorkloads", o.managedWorkloads, "leaseAPI", o.leaseAPIURL)
 	return mgr.Start(ctx)
+}
+
+// probed is the part of a manager that takes health and readiness checks.
+type probed interface {
+	AddHealthzCheck(name string, check healthz.Checker) error
+	AddReadyzCheck(name string, check healthz.Checker) error
+}
+
+// addProbes adds /healthz and the lease API's readiness to /readyz.
+func addProbes(mgr probed, leases *client.Client) error {
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("lease-api", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
+		defer cancel()
+		return leases.Ready(ctx)
+	})
+}
+
+func newLeaseClient(o options, tokenFile string, log logr.Logger) (*client.Client, error) {
+	leases, err := client.New(client.Config{URL: o.leaseAPIURL, TokenFile: tokenFile, CAFile: o.leaseAPICAFile, Log: log.WithName("leaseapi")})
+	if err != nil {
+		return nil, fmt.Errorf("lease API client: %w", err)
+	}
+	return leases, nil
+}
+
+// newScheme knows the built-in types and BerthLease.
+func newScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := berthv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return scheme, nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
@@ -113,9 +148,20 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manager, error) {
-	// Cache only the managed Pods: the agent never needs the others.
+// managedPodsCache caches only the managed Pods: the agent never needs the
+// others.
+func managedPodsCache() (cache.Options, error) {
 	managed, err := labels.Parse(reconciler.ManagedLease)
+	if err != nil {
+		return cache.Options{}, err
+	}
+	return cache.Options{ByObject: map[ctrlclient.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: managed},
+	}}, nil
+}
+
+func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manager, error) {
+	cacheOpts, err := managedPodsCache()
 	if err != nil {
 		return nil, err
 	}
@@ -129,9 +175,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manag
 		// A new leader must not act while the old one may still: the
 		// reconciler's own self-fencing bounds what a deposed leader does.
 		LeaderElectionReleaseOnCancel: true,
-		Cache: cache.Options{ByObject: map[ctrlclient.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: managed},
-		}},
+		Cache:                         cacheOpts,
 	}
 	if o.managedWorkloads {
 		opts.WebhookServer = webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir})
@@ -146,11 +190,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manag
 // newRegistrar reads the cluster's fingerprint and registers the cluster
 // once before anything starts, so that the reconciler knows from its first
 // reconcile whether it may hold leases.
-func newRegistrar(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, leases *client.Client, o options, log logr.Logger) (*fleet.Registrar, error) {
-	direct, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: scheme})
-	if err != nil {
-		return nil, err
-	}
+func newRegistrar(ctx context.Context, direct ctrlclient.Reader, leases *client.Client, clusterID string, o options, log logr.Logger) (*fleet.Registrar, error) {
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	fingerprint, err := fleet.Fingerprint(fctx, direct)
@@ -158,7 +198,7 @@ func newRegistrar(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme,
 		return nil, err
 	}
 	registrar := &fleet.Registrar{
-		ClusterID:    o.clusterID,
+		ClusterID:    clusterID,
 		Fingerprint:  fingerprint,
 		AgentVersion: version,
 		Registry:     leases,
@@ -168,7 +208,7 @@ func newRegistrar(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme,
 	if err := registrar.Register(ctx); err != nil && !errors.Is(err, client.ErrConflict) {
 		// Not fatal: the heartbeat keeps trying, and until it succeeds the
 		// reconciler takes no lease.
-		log.Error(err, "first registration failed; retrying with the heartbeat", "cluster", o.clusterID)
+		log.Error(err, "first registration failed; retrying with the heartbeat", "cluster", clusterID)
 	}
 	return registrar, nil
 }

@@ -54,10 +54,16 @@ type run struct {
 // whole history and stops everything.
 func startFleet(t *testing.T) *run {
 	t.Helper()
-	f, err := localfleet.Start(t.Context(), localfleet.Options{
-		Clusters: 3, BinDir: binDir, WorkDir: t.TempDir(), Workload: workload,
-		Log: testr.NewWithOptions(t, testr.Options{}),
-	})
+	return startFleetWith(t, localfleet.Options{})
+}
+
+// startFleetWith is startFleet with options (NoAgents, say); the clusters,
+// binaries, folders, workload and log are the suite's.
+func startFleetWith(t *testing.T, opts localfleet.Options) *run {
+	t.Helper()
+	opts.Clusters, opts.BinDir, opts.WorkDir, opts.Workload = 3, binDir, t.TempDir(), workload
+	opts.Log = testr.NewWithOptions(t, testr.Options{})
+	f, err := localfleet.Start(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("start fleet: %v", err)
 	}
@@ -75,6 +81,9 @@ func startFleet(t *testing.T) *run {
 				if m.Agent != nil {
 					t.Logf("end of %s:\n%s", m.Agent.Log, m.Agent.LogTail(25))
 				}
+			}
+			if a := f.FleetAgent(); a != nil {
+				t.Logf("end of %s:\n%s", a.Log, a.LogTail(40))
 			}
 			t.Logf("end of %s:\n%s", f.LeaseAPI.Log, f.LeaseAPI.LogTail(10))
 		}

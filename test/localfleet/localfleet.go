@@ -1,7 +1,8 @@
 // Package localfleet runs a whole Berth fleet on this machine: local
 // clusters (test/kubeenv), berth-leaseapi, and one berth-agent per cluster as
-// real processes, with the same BerthLease and managed Deployment applied to
-// every cluster as GitOps would. The end-to-end suites and `make demo` use
+// real processes (or, with Options.NoAgents and StartFleetAgent, one
+// fleet-mode berth-agent for all of them), with the same BerthLease and
+// managed Deployment applied to every cluster as GitOps would. The end-to-end suites and `make demo` use
 // it; it knows nothing of testing.T.
 //
 // The Deployment's Pod template carries the scheduling gate and the
@@ -41,6 +42,9 @@ type Options struct {
 	WorkDir string
 	// Workload is what every cluster runs under one BerthLease.
 	Workload Workload
+	// NoAgents starts no agent per cluster (StartFleetAgent starts one for
+	// all of them).
+	NoAgents bool
 	Log      logr.Logger
 }
 
@@ -50,6 +54,8 @@ type Fleet struct {
 	LeaseAPI *LeaseAPI
 	Members  []*Member
 	opts     Options
+	// fleetAgent is the fleet-mode agent, if one was started.
+	fleetAgent *FleetAgent
 }
 
 // Start runs the clusters, the lease API, applies the workload everywhere
@@ -85,6 +91,9 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		}
 		f.Members = append(f.Members, m)
 	}
+	if opts.NoAgents {
+		return f, nil
+	}
 	for _, m := range f.Members {
 		if err := m.StartAgent(m.Name); err != nil {
 			return f, err
@@ -117,6 +126,9 @@ func (f *Fleet) Stop(ctx context.Context) error {
 	var errs []error
 	for _, m := range f.Members {
 		m.stop()
+	}
+	if f.fleetAgent != nil {
+		f.fleetAgent.Kill()
 	}
 	if f.LeaseAPI != nil {
 		f.LeaseAPI.Kill()
