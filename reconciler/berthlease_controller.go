@@ -227,12 +227,12 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.actOnPods(ctx, bl, p, d, PodsUngate); err != nil {
 		return ctrl.Result{}, err
 	}
-	observeLease(bl, p.facts, d)
+	observeLease(r.ClusterIdentity, bl, p.facts, d)
 	r.watch(ctx, bl, mem, waitingForOther(p, mem, d))
 	if d.RemoveFinalizer {
 		r.forget(bl.UID)
-		leaseHeld.DeleteLabelValues(bl.Namespace, bl.Name)
-		deadlineRemaining.DeleteLabelValues(bl.Namespace, bl.Name)
+		leaseHeld.DeleteLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name)
+		deadlineRemaining.DeleteLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name)
 		if controllerutil.RemoveFinalizer(bl, FinalizerName) {
 			if err := r.Update(ctx, bl); err != nil && !apierrors.IsNotFound(err) {
 				return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)

@@ -77,7 +77,7 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 	if t := mem.term; t != nil && !now.Before(t.Deadline) && !mem.selfFenced {
 		mem.selfFenced = true
 		logr.FromContextOrDiscard(ctx).Info("local deadline passed without a renewal: self-fencing", "token", t.Token)
-		selfFences.WithLabelValues(bl.Namespace, bl.Name).Inc()
+		selfFences.WithLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name).Inc()
 	}
 	p.facts = Facts{
 		Now:          now,

@@ -190,7 +190,7 @@ func (r *BerthLeaseReconciler) writeStatus(ctx context.Context, bl *berthv1alpha
 		return fmt.Errorf("update status: %w", err)
 	}
 	for _, t := range transitions(old, st) {
-		leaseTransitions.WithLabelValues(bl.Namespace, bl.Name, t.reason).Inc()
+		leaseTransitions.WithLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name, t.reason).Inc()
 		if r.Recorder != nil {
 			r.Recorder.Eventf(bl, nil, t.eventType, t.reason, "LeaseTransition", "%s", t.note)
 		}
@@ -199,12 +199,12 @@ func (r *BerthLeaseReconciler) writeStatus(ctx context.Context, bl *berthv1alpha
 }
 
 // observeLease sets the gauges of one BerthLease after a reconcile.
-func observeLease(bl *berthv1alpha1.BerthLease, f Facts, d Decision) {
+func observeLease(cluster string, bl *berthv1alpha1.BerthLease, f Facts, d Decision) {
 	held, remaining := 0.0, 0.0
 	if d.Phase == PhaseActive && f.Term != nil {
 		held = 1
 		remaining = max(0, f.Term.Deadline.Sub(f.Now).Seconds())
 	}
-	leaseHeld.WithLabelValues(bl.Namespace, bl.Name).Set(held)
-	deadlineRemaining.WithLabelValues(bl.Namespace, bl.Name).Set(remaining)
+	leaseHeld.WithLabelValues(cluster, bl.Namespace, bl.Name).Set(held)
+	deadlineRemaining.WithLabelValues(cluster, bl.Namespace, bl.Name).Set(remaining)
 }

@@ -6,16 +6,18 @@ import (
 )
 
 // The agent's lease metrics, on controller-runtime's registry (served on
-// --metrics-bind-address). Labels: the BerthLease's namespace and name.
+// --metrics-bind-address). Labels: the cluster (the agent's cluster id, empty
+// without one) and the BerthLease's namespace and name, so that a fleet-mode
+// agent keeps its clusters apart.
 var (
 	leaseHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "berth_agent_lease_held",
 		Help: "1 while this cluster holds the BerthLease's lease and may run its Pods.",
-	}, []string{"namespace", "name"})
+	}, []string{"cluster", "namespace", "name"})
 	leaseTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_agent_lease_transitions_total",
 		Help: "Lease transitions of this cluster, by reason (Acquired, Lost, Released, Stopping, SelfFenced, LeaseAPIUnreachable).",
-	}, []string{"namespace", "name", "reason"})
+	}, []string{"cluster", "namespace", "name", "reason"})
 	leaseCallDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "berth_agent_lease_call_duration_seconds",
 		Help:    "Time of one lease API call, by call (acquire, renew, recover, release) and result (ok, error).",
@@ -24,11 +26,11 @@ var (
 	deadlineRemaining = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "berth_agent_local_deadline_remaining_seconds",
 		Help: "Time left before the local deadline of the held term, as of the last reconcile (0 when not held).",
-	}, []string{"namespace", "name"})
+	}, []string{"cluster", "namespace", "name"})
 	selfFences = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_agent_self_fence_total",
 		Help: "Times the local deadline passed without a renewal, so that the agent stopped its Pods on its own.",
-	}, []string{"namespace", "name"})
+	}, []string{"cluster", "namespace", "name"})
 )
 
 func init() {
