@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/berthfleet/berth/leaseapi/lease"
 	"github.com/berthfleet/berth/leaseapi/server"
 	"github.com/berthfleet/berth/leaseapi/store"
+	"github.com/berthfleet/berth/leaseapi/store/postgres"
 	"github.com/berthfleet/berth/leaseapi/store/sqlite"
 )
 
@@ -111,8 +113,14 @@ func openStore(ctx context.Context, o options) (store.Store, error) {
 	switch o.store {
 	case "sqlite":
 		return sqlite.Open(ctx, o.sqlitePath)
+	case "postgres":
+		dsn, err := o.postgresDSNValue()
+		if err != nil {
+			return nil, err
+		}
+		return postgres.Open(ctx, dsn)
 	default:
-		return nil, usageError("--store %q is not supported (supported: sqlite)", o.store)
+		return nil, usageError("--store %q is not supported (supported: sqlite, postgres)", o.store)
 	}
 }
 
@@ -207,4 +215,22 @@ func (o *options) tlsConfig() (*tls.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// postgresDSNValue is --postgres-dsn, or the content of --postgres-dsn-file
+// (so that a password can live in a mounted Secret rather than in argv).
+func (o *options) postgresDSNValue() (string, error) {
+	switch {
+	case o.postgresDSN != "" && o.postgresDSNFile != "":
+		return "", usageError("--postgres-dsn and --postgres-dsn-file exclude each other")
+	case o.postgresDSNFile != "":
+		b, err := os.ReadFile(o.postgresDSNFile)
+		if err != nil {
+			return "", fmt.Errorf("read --postgres-dsn-file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	case o.postgresDSN == "":
+		return "", usageError("--store postgres needs --postgres-dsn or --postgres-dsn-file")
+	}
+	return o.postgresDSN, nil
 }

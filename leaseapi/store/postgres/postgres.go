@@ -1,0 +1,223 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/berthfleet/berth/leaseapi/store"
+)
+
+// Store is the PostgreSQL store.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to dsn, migrates the schema and returns the store.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse PostgreSQL DSN: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Store{pool: pool}, nil
+}
+
+const leaseColumns = `namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, version`
+
+// GetLease implements store.LeaseStore.
+func (s *Store) GetLease(ctx context.Context, namespace, name string) (store.Lease, error) {
+	row := s.pool.QueryRow(ctx, `SELECT `+leaseColumns+` FROM leases WHERE namespace = $1 AND name = $2`, namespace, name)
+	l, err := scanLease(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Lease{}, store.ErrNotFound
+	}
+	return l, err
+}
+
+// PutLease implements store.LeaseStore: an insert that must not collide for
+// a new record, an update guarded by the version read for an existing one.
+func (s *Store) PutLease(ctx context.Context, l store.Lease) (store.Lease, error) {
+	var (
+		version int64
+		err     error
+	)
+	args := []any{l.Namespace, l.Name, l.Holder, l.FencingToken, l.TTL.Microseconds(),
+		nullTime(l.AcquiredAt), nullTime(l.RenewedAt), nullTime(l.ExpiresAt), l.Version}
+	if l.Version == 0 {
+		err = s.pool.QueryRow(ctx, `INSERT INTO leases (`+leaseColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9 + 1)
+			ON CONFLICT (namespace, name) DO NOTHING RETURNING version`, args...).Scan(&version)
+	} else {
+		err = s.pool.QueryRow(ctx, `UPDATE leases SET holder = $3, fencing_token = $4, ttl_micros = $5,
+			acquired_at = $6, renewed_at = $7, expires_at = $8, version = version + 1
+			WHERE namespace = $1 AND name = $2 AND version = $9 RETURNING version`, args...).Scan(&version)
+	}
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.Lease{}, store.ErrConflict
+	case err != nil:
+		return store.Lease{}, fmt.Errorf("write lease %s/%s: %w", l.Namespace, l.Name, err)
+	}
+	l.Version = version
+	return l, nil
+}
+
+// ListLeases implements store.LeaseStore.
+func (s *Store) ListLeases(ctx context.Context, opts store.ListOptions) ([]store.Lease, bool, error) {
+	afterNS, afterName, _ := strings.Cut(opts.After, "/")
+	q := `SELECT ` + leaseColumns + ` FROM leases WHERE ($1 = '' OR namespace = $1) AND (namespace, name) > ($2, $3)
+		ORDER BY namespace, name`
+	args := []any{opts.Namespace, afterNS, afterName}
+	if opts.Limit > 0 {
+		q += ` LIMIT $4`
+		args = append(args, opts.Limit+1)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, false, fmt.Errorf("list leases: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Lease
+	for rows.Next() {
+		l, err := scanLease(rows)
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("list leases: %w", err)
+	}
+	if opts.Limit > 0 && len(out) > opts.Limit {
+		return out[:opts.Limit], true, nil
+	}
+	return out, false, nil
+}
+
+const clusterColumns = `id, fingerprint, agent_version, labels, cordoned, registered_at, last_seen, version`
+
+// GetCluster implements store.ClusterStore.
+func (s *Store) GetCluster(ctx context.Context, id string) (store.Cluster, error) {
+	c, err := scanCluster(s.pool.QueryRow(ctx, `SELECT `+clusterColumns+` FROM clusters WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Cluster{}, store.ErrNotFound
+	}
+	return c, err
+}
+
+// PutCluster implements store.ClusterStore.
+func (s *Store) PutCluster(ctx context.Context, c store.Cluster) (store.Cluster, error) {
+	labels, err := json.Marshal(c.Labels)
+	if err != nil {
+		return store.Cluster{}, fmt.Errorf("encode labels of cluster %s: %w", c.ID, err)
+	}
+	args := []any{c.ID, c.Fingerprint, c.AgentVersion, labels, c.Cordoned, nullTime(c.RegisteredAt), nullTime(c.LastSeen), c.Version}
+	var version int64
+	if c.Version == 0 {
+		err = s.pool.QueryRow(ctx, `INSERT INTO clusters (`+clusterColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8 + 1)
+			ON CONFLICT (id) DO NOTHING RETURNING version`, args...).Scan(&version)
+	} else {
+		err = s.pool.QueryRow(ctx, `UPDATE clusters SET fingerprint = $2, agent_version = $3, labels = $4, cordoned = $5,
+			registered_at = $6, last_seen = $7, version = version + 1
+			WHERE id = $1 AND version = $8 RETURNING version`, args...).Scan(&version)
+	}
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.Cluster{}, store.ErrConflict
+	case err != nil:
+		return store.Cluster{}, fmt.Errorf("write cluster %s: %w", c.ID, err)
+	}
+	c.Version = version
+	return c, nil
+}
+
+// ListClusters implements store.ClusterStore.
+func (s *Store) ListClusters(ctx context.Context) ([]store.Cluster, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+clusterColumns+` FROM clusters ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list clusters: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Cluster
+	for rows.Next() {
+		c, err := scanCluster(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Ping implements store.Store.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping PostgreSQL: %w", err)
+	}
+	return nil
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+func scanLease(row pgx.Row) (store.Lease, error) {
+	var (
+		l                          store.Lease
+		ttl                        int64
+		acquired, renewed, expires *time.Time
+	)
+	if err := row.Scan(&l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expires, &l.Version); err != nil {
+		return store.Lease{}, err
+	}
+	l.TTL = time.Duration(ttl) * time.Microsecond
+	l.AcquiredAt, l.RenewedAt, l.ExpiresAt = utc(acquired), utc(renewed), utc(expires)
+	return l, nil
+}
+
+func scanCluster(row pgx.Row) (store.Cluster, error) {
+	var (
+		c                    store.Cluster
+		labels               []byte
+		registered, lastSeen *time.Time
+	)
+	if err := row.Scan(&c.ID, &c.Fingerprint, &c.AgentVersion, &labels, &c.Cordoned, &registered, &lastSeen, &c.Version); err != nil {
+		return store.Cluster{}, err
+	}
+	if err := json.Unmarshal(labels, &c.Labels); err != nil {
+		return store.Cluster{}, fmt.Errorf("decode labels of cluster %s: %w", c.ID, err)
+	}
+	c.RegisteredAt, c.LastSeen = utc(registered), utc(lastSeen)
+	return c, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func utc(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}

@@ -1,0 +1,155 @@
+// Package pgtest starts a throwaway PostgreSQL server from the machine's
+// PostgreSQL binaries for a test, and gives each caller a fresh database on
+// it. PostgreSQL refuses to run as root, so when the test runs as root the
+// server runs as the "postgres" user that Debian's packages create.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Server is a running throwaway PostgreSQL.
+type Server struct {
+	port int
+	dbs  atomic.Int64
+}
+
+// binDir finds initdb and postgres: $BERTH_PG_BIN, else Debian's newest
+// /usr/lib/postgresql/<v>/bin.
+func binDir() (string, error) {
+	if d := os.Getenv("BERTH_PG_BIN"); d != "" {
+		return d, nil
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(matches) == 0 {
+		return "", fmt.Errorf("no PostgreSQL binaries in /usr/lib/postgresql/*/bin: install them (apt-get install postgresql) or set BERTH_PG_BIN")
+	}
+	return filepath.Dir(matches[len(matches)-1]), nil
+}
+
+// Start runs a server in a temporary folder until the test ends. It fails the
+// test, never skips it, when the server cannot start.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := binDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "berth-pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	cred, err := credential(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "shared_buffers=32MB")
+	log, err := os.Create(filepath.Join(dir, "postgres.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stdout, srv.Stderr = log, log
+	srv.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := srv.Start(); err != nil {
+		t.Fatalf("start postgres: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = srv.Process.Signal(syscall.SIGINT) // fast shutdown
+		done := make(chan struct{})
+		go func() { _ = srv.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		log.Close()
+	})
+	s := &Server{port: port}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		conn, err := pgx.Connect(ctx, s.dsn("postgres"))
+		cancel()
+		if err == nil {
+			_ = conn.Close(context.Background())
+			return s
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(log.Name())
+			t.Fatalf("postgres did not start: %v\n%s", err, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// credential is the user the server runs as: the current one, or
+// "postgres" when running as root (then it must own dir).
+func credential(dir string) (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL does not run as root and there is no postgres user: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return nil, err
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func (s *Server) dsn(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.port, db)
+}
+
+// NewDatabase creates an empty database and returns its DSN.
+func (s *Server) NewDatabase(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("berth_%d", s.dbs.Add(1))
+	conn, err := pgx.Connect(t.Context(), s.dsn("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(t.Context(), "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	return s.dsn(name)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
