@@ -39,20 +39,25 @@ type options struct {
 	postgresDSN   string
 	// postgresDSNFile holds the DSN instead of the command line.
 	postgresDSNFile string
-	tokenFile       string
-	adminSubjects   string
-	tlsCertFile     string
-	tlsKeyFile      string
-	clientCAFile    string
+	// kubeconfig and coordinationNamespace place --store kubernetes.
+	kubeconfig            string
+	coordinationNamespace string
+	tokenFile             string
+	adminSubjects         string
+	tlsCertFile           string
+	tlsKeyFile            string
+	clientCAFile          string
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8443", "address of the lease API")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "127.0.0.1:9090", "address of /metrics (empty: off)")
-	fs.StringVar(&o.store, "store", "sqlite", "store backend: sqlite (one process, embedded) or postgres (several replicas on one database)")
+	fs.StringVar(&o.store, "store", "sqlite", "store backend: sqlite (one process, embedded), postgres or kubernetes (several replicas on one database or cluster)")
 	fs.StringVar(&o.sqlitePath, "sqlite-path", "./berth-leases.db", "file of the embedded SQLite store")
 	fs.StringVar(&o.postgresDSN, "postgres-dsn", "", "PostgreSQL connection string (with --store postgres)")
 	fs.StringVar(&o.postgresDSNFile, "postgres-dsn-file", "", "file holding the PostgreSQL connection string, instead of --postgres-dsn")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "central cluster of --store kubernetes (empty: in-cluster)")
+	fs.StringVar(&o.coordinationNamespace, "coordination-namespace", "berth-leases", "namespace of the Lease objects of --store kubernetes")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file of <subject>:<sha256-hex-of-token> lines; re-read on SIGHUP")
 	fs.StringVar(&o.adminSubjects, "admin-subjects", "", "comma-separated subjects that may cordon clusters and release any lease")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serving certificate (PEM)")

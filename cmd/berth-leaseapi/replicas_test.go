@@ -8,21 +8,35 @@ import (
 	"time"
 
 	"github.com/berthfleet/berth/leaseapi/client"
+	"github.com/berthfleet/berth/test/kubeenv"
 	"github.com/berthfleet/berth/test/pgtest"
 )
 
 // TestReplicasShareOnePostgres runs three berth-leaseapi replicas on one
-// PostgreSQL database: holders spread across the replicas race for the same
-// leases and exactly one wins each; tokens strictly increase whichever
-// replica grants them; a replica killed mid-load loses no acknowledged write.
+// PostgreSQL database.
 func TestReplicasShareOnePostgres(t *testing.T) {
 	dsn := pgtest.Start(t).NewDatabase(t)
+	testReplicas(t, "--store", "postgres", "--postgres-dsn", dsn)
+}
+
+// TestReplicasShareOneKubernetesStore runs three berth-leaseapi replicas on
+// the Lease objects of one kube-apiserver.
+func TestReplicasShareOneKubernetesStore(t *testing.T) {
+	env := kubeenv.StartForTest(t, kubeenv.Options{Clusters: 1, Nodes: 1})
+	testReplicas(t, "--store", "kubernetes", "--kubeconfig", env.Clusters[0].KubeconfigPath)
+}
+
+// testReplicas runs three replicas on one shared store: holders spread across
+// the replicas race for the same leases and exactly one wins each; tokens
+// strictly increase whichever replica grants them; a replica killed mid-load
+// loses no acknowledged write.
+func testReplicas(t *testing.T, storeArgs ...string) {
 	var (
 		replicas []*process
 		clients  []*client.Client
 	)
 	for range 3 {
-		p := start(t, "--store", "postgres", "--postgres-dsn", dsn)
+		p := start(t, storeArgs...)
 		replicas = append(replicas, p)
 		clients = append(clients, p.client(t))
 	}

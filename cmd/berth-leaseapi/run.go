@@ -17,10 +17,13 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/berthfleet/berth/leaseapi/lease"
 	"github.com/berthfleet/berth/leaseapi/server"
 	"github.com/berthfleet/berth/leaseapi/store"
+	"github.com/berthfleet/berth/leaseapi/store/kubernetes"
 	"github.com/berthfleet/berth/leaseapi/store/postgres"
 	"github.com/berthfleet/berth/leaseapi/store/sqlite"
 )
@@ -119,8 +122,14 @@ func openStore(ctx context.Context, o options) (store.Store, error) {
 			return nil, err
 		}
 		return postgres.Open(ctx, dsn)
+	case "kubernetes":
+		cfg, err := kubernetesConfig(o.kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		return kubernetes.Open(ctx, cfg, o.coordinationNamespace)
 	default:
-		return nil, usageError("--store %q is not supported (supported: sqlite, postgres)", o.store)
+		return nil, usageError("--store %q is not supported (supported: sqlite, postgres, kubernetes)", o.store)
 	}
 }
 
@@ -233,4 +242,21 @@ func (o *options) postgresDSNValue() (string, error) {
 		return "", usageError("--store postgres needs --postgres-dsn or --postgres-dsn-file")
 	}
 	return o.postgresDSN, nil
+}
+
+// kubernetesConfig is the central cluster of --store kubernetes: --kubeconfig,
+// or the cluster the server runs in.
+func kubernetesConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("--store kubernetes: in-cluster configuration (or pass --kubeconfig): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load --kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
 }

@@ -1,0 +1,310 @@
+package kubernetes
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/berthfleet/berth/leaseapi/store"
+)
+
+// Labels and annotations of the objects this store owns.
+const (
+	labelKind         = "berth.skaphos.io/store"
+	annotationTTL     = "berth.skaphos.io/ttl-micros"
+	annotationExpires = "berth.skaphos.io/expires-at"
+	annotationCluster = "berth.skaphos.io/cluster"
+)
+
+// Store is the Kubernetes store.
+type Store struct {
+	client    k8s.Interface
+	namespace string
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open returns a store in namespace of the cluster cfg reaches, creating the
+// namespace if needed. cfg's rate limits are raised so that the store is not
+// throttled by client-go at the rates the lease API serves.
+func Open(ctx context.Context, cfg *rest.Config, namespace string) (*Store, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 2000, 4000
+	c, err := k8s.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes store client: %w", err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+	if _, err := c.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create coordination namespace %s: %w", namespace, err)
+	}
+	return &Store{client: c, namespace: namespace}, nil
+}
+
+func objectName(namespace, name string) string { return namespace + "." + name }
+
+// GetLease implements store.LeaseStore.
+func (s *Store) GetLease(ctx context.Context, namespace, name string) (store.Lease, error) {
+	obj, err := s.client.CoordinationV1().Leases(s.namespace).Get(ctx, objectName(namespace, name), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return store.Lease{}, store.ErrNotFound
+	case err != nil:
+		return store.Lease{}, fmt.Errorf("get lease %s/%s: %w", namespace, name, err)
+	}
+	return fromLease(obj)
+}
+
+// PutLease implements store.LeaseStore: a create for a new record, an
+// update at the read resourceVersion otherwise.
+func (s *Store) PutLease(ctx context.Context, l store.Lease) (store.Lease, error) {
+	obj := toLease(s.namespace, l)
+	leases := s.client.CoordinationV1().Leases(s.namespace)
+	var (
+		out *coordinationv1.Lease
+		err error
+	)
+	if l.Version == 0 {
+		out, err = leases.Create(ctx, obj, metav1.CreateOptions{})
+	} else {
+		obj.ResourceVersion = strconv.FormatInt(l.Version, 10)
+		out, err = leases.Update(ctx, obj, metav1.UpdateOptions{})
+	}
+	switch {
+	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return store.Lease{}, store.ErrConflict
+	case err != nil:
+		return store.Lease{}, fmt.Errorf("write lease %s/%s: %w", l.Namespace, l.Name, err)
+	}
+	return fromLease(out)
+}
+
+// ListLeases implements store.LeaseStore. The API server's own paging cannot
+// start after an arbitrary key, so the store lists its Leases and pages in
+// memory: fine for the thousands of leases a fleet has.
+func (s *Store) ListLeases(ctx context.Context, opts store.ListOptions) ([]store.Lease, bool, error) {
+	list, err := s.client.CoordinationV1().Leases(s.namespace).List(ctx, metav1.ListOptions{LabelSelector: labelKind + "=lease"})
+	if err != nil {
+		return nil, false, fmt.Errorf("list leases: %w", err)
+	}
+	var out []store.Lease
+	for i := range list.Items {
+		l, err := fromLease(&list.Items[i])
+		if err != nil {
+			return nil, false, err
+		}
+		if (opts.Namespace == "" || l.Namespace == opts.Namespace) && l.Namespace+"/"+l.Name > opts.After {
+			out = append(out, l)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Lease) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	if opts.Limit > 0 && len(out) > opts.Limit {
+		return out[:opts.Limit], true, nil
+	}
+	return out, false, nil
+}
+
+// GetCluster implements store.ClusterStore.
+func (s *Store) GetCluster(ctx context.Context, id string) (store.Cluster, error) {
+	cm, err := s.client.CoreV1().ConfigMaps(s.namespace).Get(ctx, clusterObjectName(id), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return store.Cluster{}, store.ErrNotFound
+	case err != nil:
+		return store.Cluster{}, fmt.Errorf("get cluster %s: %w", id, err)
+	}
+	return fromConfigMap(cm)
+}
+
+// PutCluster implements store.ClusterStore.
+func (s *Store) PutCluster(ctx context.Context, c store.Cluster) (store.Cluster, error) {
+	cm, err := toConfigMap(s.namespace, c)
+	if err != nil {
+		return store.Cluster{}, err
+	}
+	cms := s.client.CoreV1().ConfigMaps(s.namespace)
+	var out *corev1.ConfigMap
+	if c.Version == 0 {
+		out, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+	} else {
+		cm.ResourceVersion = strconv.FormatInt(c.Version, 10)
+		out, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	}
+	switch {
+	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return store.Cluster{}, store.ErrConflict
+	case err != nil:
+		return store.Cluster{}, fmt.Errorf("write cluster %s: %w", c.ID, err)
+	}
+	return fromConfigMap(out)
+}
+
+// ListClusters implements store.ClusterStore.
+func (s *Store) ListClusters(ctx context.Context) ([]store.Cluster, error) {
+	list, err := s.client.CoreV1().ConfigMaps(s.namespace).List(ctx, metav1.ListOptions{LabelSelector: labelKind + "=cluster"})
+	if err != nil {
+		return nil, fmt.Errorf("list clusters: %w", err)
+	}
+	out := make([]store.Cluster, 0, len(list.Items))
+	for i := range list.Items {
+		c, err := fromConfigMap(&list.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b store.Cluster) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Ping implements store.Store: it reads the coordination namespace.
+func (s *Store) Ping(ctx context.Context) error {
+	if _, err := s.client.CoreV1().Namespaces().Get(ctx, s.namespace, metav1.GetOptions{}); err != nil {
+		return fmt.Errorf("ping Kubernetes store: %w", err)
+	}
+	return nil
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error { return nil }
+
+func toLease(namespace string, l store.Lease) *coordinationv1.Lease {
+	obj := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      objectName(l.Namespace, l.Name),
+			Namespace: namespace,
+			Labels:    map[string]string{labelKind: "lease"},
+			Annotations: map[string]string{
+				annotationTTL:     strconv.FormatInt(l.TTL.Microseconds(), 10),
+				annotationExpires: formatTime(l.ExpiresAt),
+			},
+		},
+		Spec: coordinationv1.LeaseSpec{
+			LeaseTransitions: &l.FencingToken,
+			AcquireTime:          microTime(l.AcquiredAt),
+			RenewTime:            microTime(l.RenewedAt),
+		},
+	}
+	if l.Holder != "" {
+		obj.Spec.HolderIdentity = &l.Holder
+	}
+	// The API server wants a positive duration when one is set; the exact
+	// TTL lives in the annotation, this is for people reading the Lease.
+	if ttl := int32(l.TTL / time.Second); ttl > 0 {
+		obj.Spec.LeaseDurationSeconds = &ttl
+	}
+	return obj
+}
+
+func fromLease(obj *coordinationv1.Lease) (store.Lease, error) {
+	ns, name, ok := strings.Cut(obj.Name, ".")
+	if !ok {
+		return store.Lease{}, fmt.Errorf("Lease %s is not named namespace.name", obj.Name)
+	}
+	version, err := strconv.ParseInt(obj.ResourceVersion, 10, 64)
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("Lease %s: resourceVersion %q is not a number", obj.Name, obj.ResourceVersion)
+	}
+	ttl, _ := strconv.ParseInt(obj.Annotations[annotationTTL], 10, 64)
+	expires, err := parseTime(obj.Annotations[annotationExpires])
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("Lease %s: %w", obj.Name, err)
+	}
+	l := store.Lease{Namespace: ns, Name: name, TTL: time.Duration(ttl) * time.Microsecond, ExpiresAt: expires, Version: version}
+	if h := obj.Spec.HolderIdentity; h != nil {
+		l.Holder = *h
+	}
+	if t := obj.Spec.LeaseTransitions; t != nil {
+		l.FencingToken = *t
+	}
+	if t := obj.Spec.AcquireTime; t != nil {
+		l.AcquiredAt = t.UTC()
+	}
+	if t := obj.Spec.RenewTime; t != nil {
+		l.RenewedAt = t.UTC()
+	}
+	return l, nil
+}
+
+// clusterObjectName keeps cluster ConfigMaps apart from anything else.
+func clusterObjectName(id string) string { return "berth-cluster." + id }
+
+type clusterData struct {
+	Fingerprint  string            `json:"fingerprint"`
+	AgentVersion string            `json:"agentVersion"`
+	Labels       map[string]string `json:"labels"`
+	Cordoned     bool              `json:"cordoned"`
+	RegisteredAt time.Time         `json:"registeredAt"`
+	LastSeen     time.Time         `json:"lastSeen"`
+}
+
+func toConfigMap(namespace string, c store.Cluster) (*corev1.ConfigMap, error) {
+	data, err := json.Marshal(clusterData{Fingerprint: c.Fingerprint, AgentVersion: c.AgentVersion, Labels: c.Labels,
+		Cordoned: c.Cordoned, RegisteredAt: c.RegisteredAt, LastSeen: c.LastSeen})
+	if err != nil {
+		return nil, fmt.Errorf("encode cluster %s: %w", c.ID, err)
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: clusterObjectName(c.ID), Namespace: namespace,
+			Labels:      map[string]string{labelKind: "cluster"},
+			Annotations: map[string]string{annotationCluster: c.ID},
+		},
+		Data: map[string]string{"cluster.json": string(data)},
+	}, nil
+}
+
+func fromConfigMap(cm *corev1.ConfigMap) (store.Cluster, error) {
+	var d clusterData
+	if err := json.Unmarshal([]byte(cm.Data["cluster.json"]), &d); err != nil {
+		return store.Cluster{}, fmt.Errorf("decode cluster %s: %w", cm.Name, err)
+	}
+	version, err := strconv.ParseInt(cm.ResourceVersion, 10, 64)
+	if err != nil {
+		return store.Cluster{}, fmt.Errorf("cluster %s: resourceVersion %q is not a number", cm.Name, cm.ResourceVersion)
+	}
+	return store.Cluster{
+		ID: cm.Annotations[annotationCluster], Fingerprint: d.Fingerprint, AgentVersion: d.AgentVersion, Labels: d.Labels,
+		Cordoned: d.Cordoned, RegisteredAt: d.RegisteredAt.UTC(), LastSeen: d.LastSeen.UTC(), Version: version,
+	}, nil
+}
+
+func microTime(t time.Time) *metav1.MicroTime {
+	if t.IsZero() {
+		return nil
+	}
+	m := metav1.NewMicroTime(t)
+	return &m
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bad time %q: %w", s, err)
+	}
+	return t.UTC(), nil
+}
