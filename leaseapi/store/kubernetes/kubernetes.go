@@ -213,16 +213,16 @@ func toLease(namespace string, l store.Lease) *coordinationv1.Lease {
 func fromLease(obj *coordinationv1.Lease) (store.Lease, error) {
 	ns, name, ok := strings.Cut(obj.Name, ".")
 	if !ok {
-		return store.Lease{}, fmt.Errorf("Lease %s is not named namespace.name", obj.Name)
+		return store.Lease{}, fmt.Errorf("lease object %s is not named namespace.name", obj.Name)
 	}
 	version, err := strconv.ParseInt(obj.ResourceVersion, 10, 64)
 	if err != nil {
-		return store.Lease{}, fmt.Errorf("Lease %s: resourceVersion %q is not a number", obj.Name, obj.ResourceVersion)
+		return store.Lease{}, fmt.Errorf("lease object %s: resourceVersion %q is not a number", obj.Name, obj.ResourceVersion)
 	}
 	ttl, _ := strconv.ParseInt(obj.Annotations[annotationTTL], 10, 64)
 	expires, err := parseTime(obj.Annotations[annotationExpires])
 	if err != nil {
-		return store.Lease{}, fmt.Errorf("Lease %s: %w", obj.Name, err)
+		return store.Lease{}, fmt.Errorf("lease object %s: %w", obj.Name, err)
 	}
 	l := store.Lease{Namespace: ns, Name: name, TTL: time.Duration(ttl) * time.Microsecond, ExpiresAt: expires, Version: version}
 	if h := obj.Spec.HolderIdentity; h != nil {
