@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Benchmarks of the lease API, quoted in docs/benchmarks.md.
 #
-# Starts berth-leaseapi on its embedded store in a scratch folder and drives it
-# with test/load: open loop at the target rate (500 holders, 5,000 renews/s),
-# then closed loop (as fast as it answers). Each is run RUNS times; the median
-# run (by p99, resp. throughput) is reported.
+# 1. The embedded store against its target: berth-leaseapi on a scratch SQLite
+#    file driven by test/load open loop (500 holders, 5,000 renews/s) and
+#    closed loop, each RUNS times; the median run is reported.
+# 2. The three stores side by side with the path a user would otherwise take:
+#    the same closed-loop load (COMPARE_HOLDERS holders) against berth-leaseapi
+#    on SQLite, on PostgreSQL and on a kube-apiserver's Leases, and directly
+#    against Lease objects on that kube-apiserver (client-go compare-and-swap
+#    updates, the baseline); ratios are to the baseline.
+# 3. The embedded store alone (go test -bench), before the other servers start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,43 +17,53 @@ RUNS=${RUNS:-3}
 HOLDERS=${HOLDERS:-500}
 RATE=${RATE:-5000}
 DURATION=${DURATION:-10s}
+COMPARE_HOLDERS=${COMPARE_HOLDERS:-200}
 BIN=${BIN:-bin}
-ADDR=127.0.0.1:${BENCH_PORT:-18443}
 
 go build -o "$BIN/load" ./test/load
 work=$(mktemp -d)
-server_pid=
+pids=()
 cleanup() {
-	[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
 
-echo "bench: berth-leaseapi (sqlite) on $ADDR, logs in $work; $(nproc) cores, $(go version | cut -d' ' -f3)"
-"$BIN/berth-leaseapi" --listen "$ADDR" --metrics-listen "" --sqlite-path "$work/leases.db" 2>"$work/server.log" &
-server_pid=$!
-for _ in $(seq 100); do
-	curl -sf "http://$ADDR/readyz" >/dev/null && break
-	sleep 0.1
-done
-curl -sf "http://$ADDR/readyz" >/dev/null || { echo "bench: berth-leaseapi did not become ready"; cat "$work/server.log"; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_leaseapi NAME ARGS... starts berth-leaseapi and sets $url.
+start_leaseapi() {
+	local name=$1 port
+	shift
+	port=$(free_port)
+	"$BIN/berth-leaseapi" --listen "127.0.0.1:$port" --metrics-listen "" "$@" 2>"$work/$name.log" &
+	pids+=($!)
+	url="http://127.0.0.1:$port"
+	for _ in $(seq 200); do
+		curl -sf "$url/readyz" >/dev/null && return
+		sleep 0.1
+	done
+	echo "bench: berth-leaseapi ($name) did not become ready"; cat "$work/$name.log"; exit 1
+}
+
+echo "bench: $(nproc) cores, $(go version | cut -d' ' -f3); logs in $work"
+start_leaseapi sqlite --sqlite-path "$work/leases.db"
 
 run_series() { # name rate
 	local name=$1 rate=$2 i
 	: >"$work/$name"
 	for i in $(seq "$RUNS"); do
 		echo "bench: $name run $i/$RUNS" >&2
-		"$BIN/load" --url "http://$ADDR" --holders "$HOLDERS" --rate "$rate" --duration "$DURATION" \
+		"$BIN/load" --url "$url" --holders "$HOLDERS" --rate "$rate" --duration "$DURATION" \
 			--namespace "$name-$i" --json 2>>"$work/load.log" >>"$work/$name"
 	done
 }
-
 run_series open "$RATE"
 run_series closed 0
 
-report() { # name sort-field
-	local name=$1 field=$2
-	python3 - "$work/$name" "$field" <<'PY'
+report() { # file sort-field
+	python3 - "$1" "$2" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 field = sys.argv[2]
@@ -59,11 +74,65 @@ print(f"| {'open loop' if m['targetRate'] else 'closed loop'} | {m['holders']} |
 PY
 }
 echo
+echo "## Embedded store"
+echo
 echo "| load | holders | target/s | renews/s | p50 ms | p99 ms | errors/lost | runs |"
 echo "|---|---|---|---|---|---|---|---|"
-report open p99Ms
-report closed throughput
+report "$work/open" p99Ms
+report "$work/closed" throughput
 
 echo
-echo "bench: the store alone (500 goroutines, group commit), 3 runs:"
+echo "## The store alone (500 goroutines, group commit), 3 runs"
+echo
 go test -run '^$' -bench BenchmarkRenew -benchtime 40000x -count 3 ./leaseapi/store/sqlite | grep '^BenchmarkRenew'
+
+# The other stores need a PostgreSQL and a kube-apiserver.
+echo >&2
+echo "bench: starting a kube-apiserver (test/sandbox) and a PostgreSQL" >&2
+go run ./test/sandbox --clusters 1 --workdir "$work/k8s" >"$work/sandbox.out" 2>"$work/sandbox.log" &
+pids+=($!)
+pgbin=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb | tail -1)")
+pgport=$(free_port)
+mkdir -p "$work/pg"
+as_pg=()
+if [ "$(id -u)" = 0 ]; then chown postgres "$work/pg"; chmod 755 "$work"; as_pg=(runuser -u postgres --); fi
+"${as_pg[@]}" "$pgbin/initdb" -D "$work/pg/data" -U postgres --auth=trust -E UTF8 >"$work/initdb.log"
+"${as_pg[@]}" "$pgbin/postgres" -D "$work/pg/data" -p "$pgport" -k "$work/pg" -c listen_addresses=127.0.0.1 \
+	-c max_connections=300 2>"$work/postgres.log" &
+pids+=($!)
+for _ in $(seq 600); do grep -q "ready" "$work/sandbox.out" 2>/dev/null && break; sleep 0.1; done
+grep -q "ready" "$work/sandbox.out" || { echo "bench: the sandbox cluster did not start"; tail "$work/sandbox.log"; exit 1; }
+kubeconfig="$work/k8s/cluster-1.kubeconfig"
+
+start_leaseapi postgres --store postgres --postgres-dsn "postgres://postgres@127.0.0.1:$pgport/postgres?sslmode=disable"
+pg_url=$url
+start_leaseapi kubernetes --store kubernetes --kubeconfig "$kubeconfig"
+kube_url=$url
+start_leaseapi sqlite2 --sqlite-path "$work/leases2.db"
+sqlite_url=$url
+
+compare() { # label args...
+	local label=$1
+	shift
+	echo "bench: compare $label" >&2
+	"$BIN/load" "$@" --holders "$COMPARE_HOLDERS" --rate 0 --duration "$DURATION" --json 2>>"$work/load.log" |
+		python3 -c 'import json,sys; r=json.load(sys.stdin); r["label"]=sys.argv[1]; print(json.dumps(r))' "$label" >>"$work/compare"
+}
+: >"$work/compare"
+compare "client-go CAS on Lease objects (baseline)" --kubeconfig "$kubeconfig" --namespace bench-baseline
+compare "berth-leaseapi, embedded SQLite" --url "$sqlite_url" --namespace cmp
+compare "berth-leaseapi, PostgreSQL" --url "$pg_url" --namespace cmp
+compare "berth-leaseapi, Kubernetes Leases" --url "$kube_url" --namespace cmp
+
+echo
+echo "## The stores side by side ($COMPARE_HOLDERS holders, closed loop, $DURATION each)"
+echo
+python3 - "$work/compare" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+base = rows[0]
+print("| target | renews/s | × baseline | p50 ms | p99 ms | errors/lost |")
+print("|---|---|---|---|---|---|")
+for r in rows:
+    print(f"| {r['label']} | {r['throughput']:.0f} | {r['throughput']/base['throughput']:.2f} | {r['p50Ms']:.2f} | {r['p99Ms']:.2f} | {r['errors']}/{r['lost']} |")
+PY

@@ -20,25 +20,29 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/berthfleet/berth/leaseapi/client"
 )
 
 type options struct {
-	url       string
-	tokenFile string
-	holders   int
-	rate      float64
-	duration  time.Duration
-	warmup    time.Duration
-	ttl       time.Duration
-	namespace string
-	jsonOut   bool
+	// kubeconfig switches to the baseline: each holder renews a
+	// coordination.k8s.io Lease of its own directly on a kube-apiserver,
+	// as client-go's leader election does (an update at the resourceVersion
+	// last seen), instead of renewing through the lease API.
+	kubeconfig string
+	url        string
+	tokenFile  string
+	holders    int
+	rate       float64
+	duration   time.Duration
+	warmup     time.Duration
+	ttl        time.Duration
+	namespace  string
+	jsonOut    bool
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.url, "url", "http://127.0.0.1:8443", "lease API URL")
+	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "baseline mode: renew Lease objects on this cluster's kube-apiserver directly")
 	flag.StringVar(&o.tokenFile, "token-file", "", "bearer token file")
 	flag.IntVar(&o.holders, "holders", 500, "concurrent holders, each with a lease of its own")
 	flag.Float64Var(&o.rate, "rate", 5000, "total renews per second (0: closed loop, as fast as answered)")
@@ -65,6 +69,7 @@ func main() {
 
 // Result is what one run measured.
 type Result struct {
+	Target     string  `json:"target"`
 	Holders    int     `json:"holders"`
 	TargetRate float64 `json:"targetRate"`
 	Seconds    float64 `json:"seconds"`
@@ -83,41 +88,25 @@ func (r Result) String() string {
 	if r.TargetRate > 0 {
 		target = fmt.Sprintf("target %.0f/s", r.TargetRate)
 	}
-	return fmt.Sprintf("holders=%d %s: %d renews in %.1fs = %.0f/s, errors=%d lost=%d, latency p50=%.2fms p90=%.2fms p99=%.2fms max=%.2fms",
-		r.Holders, target, r.Renews, r.Seconds, r.Throughput, r.Errors, r.Lost, r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs)
+	return fmt.Sprintf("%s: holders=%d %s: %d renews in %.1fs = %.0f/s, errors=%d lost=%d, latency p50=%.2fms p90=%.2fms p99=%.2fms max=%.2fms",
+		r.Target, r.Holders, target, r.Renews, r.Seconds, r.Throughput, r.Errors, r.Lost, r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs)
 }
 
 func run(ctx context.Context, o options) (Result, error) {
 	if o.holders < 1 || o.rate < 0 || o.duration <= 0 {
 		return Result{}, fmt.Errorf("--holders must be positive, --rate not negative, --duration positive")
 	}
-	c, err := client.New(client.Config{URL: o.url, TokenFile: o.tokenFile, MaxConnsPerHost: o.holders, RetryMax: -1})
+	var (
+		holders []renewer
+		err     error
+	)
+	if o.kubeconfig != "" {
+		holders, err = kubeHolders(ctx, o)
+	} else {
+		holders, err = leaseAPIHolders(ctx, o)
+	}
 	if err != nil {
 		return Result{}, err
-	}
-	if err := c.Ready(ctx); err != nil {
-		return Result{}, err
-	}
-	fmt.Fprintf(os.Stderr, "load: %d holders acquiring their leases\n", o.holders)
-	tokens := make([]int32, o.holders)
-	var wg sync.WaitGroup
-	errs := make(chan error, o.holders)
-	for i := range o.holders {
-		wg.Go(func() {
-			res, err := c.Acquire(ctx, o.namespace, holderName(i), holderName(i), o.ttl)
-			switch {
-			case err != nil:
-				errs <- err
-			case !res.Acquired:
-				errs <- fmt.Errorf("lease %s is held by %q: use another --namespace", holderName(i), res.Holder)
-			}
-			tokens[i] = res.FencingToken
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return Result{}, fmt.Errorf("acquire: %w", err)
 	}
 
 	fmt.Fprintf(os.Stderr, "load: renewing for %s after %s of warm-up\n", o.duration, o.warmup)
@@ -125,15 +114,19 @@ func run(ctx context.Context, o options) (Result, error) {
 	measureFrom, end := start.Add(o.warmup), start.Add(o.warmup+o.duration)
 	samples := make([][]time.Duration, o.holders)
 	failures := make([][2]int, o.holders) // errors, lost
+	var wg sync.WaitGroup
 	for i := range o.holders {
 		wg.Go(func() {
-			samples[i], failures[i] = renewLoop(ctx, c, o, i, tokens[i], start, measureFrom, end)
+			samples[i], failures[i] = renewLoop(ctx, holders[i], o, start, measureFrom, end)
 		})
 	}
 	wg.Wait()
 
 	var all []time.Duration
-	res := Result{Holders: o.holders, TargetRate: o.rate, Seconds: o.duration.Seconds()}
+	res := Result{Target: "leaseapi", Holders: o.holders, TargetRate: o.rate, Seconds: o.duration.Seconds()}
+	if o.kubeconfig != "" {
+		res.Target = "kube-apiserver Leases (client-go CAS)"
+	}
 	for i := range samples {
 		all = append(all, samples[i]...)
 		res.Errors += failures[i][0]
@@ -151,7 +144,7 @@ func run(ctx context.Context, o options) (Result, error) {
 
 // renewLoop renews one holder's lease until end and returns the latencies of
 // the successful renews that were due after measureFrom.
-func renewLoop(ctx context.Context, c *client.Client, o options, i int, token int32, start, measureFrom, end time.Time) ([]time.Duration, [2]int) {
+func renewLoop(ctx context.Context, h renewer, o options, start, measureFrom, end time.Time) ([]time.Duration, [2]int) {
 	var (
 		latencies []time.Duration
 		failures  [2]int
@@ -170,13 +163,13 @@ func renewLoop(ctx context.Context, c *client.Client, o options, i int, token in
 		if o.rate == 0 {
 			due = sent
 		}
-		res, err := c.Renew(ctx, o.namespace, holderName(i), holderName(i), token, o.ttl)
+		held, err := h(ctx)
 		took := time.Since(due)
 		if !due.Before(measureFrom) {
 			switch {
 			case err != nil:
 				failures[0]++
-			case !res.Acquired:
+			case !held:
 				failures[1]++
 			default:
 				latencies = append(latencies, took)
