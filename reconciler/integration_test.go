@@ -19,8 +19,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -38,6 +36,7 @@ import (
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/history"
 	"github.com/berthfleet/berth/test/kubeenv"
+	"github.com/berthfleet/berth/test/localfleet"
 )
 
 const (
@@ -47,12 +46,7 @@ const (
 	heartbeat = 3 // seconds
 )
 
-var scheme = func() *runtime.Scheme {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = berthv1alpha1.AddToScheme(s)
-	return s
-}()
+var scheme = localfleet.Scheme
 
 // faultyLeases passes calls to the real lease API client unless cut off,
 // when every call hangs until its context ends, as against a partitioned

@@ -195,8 +195,8 @@ func toLease(namespace string, l store.Lease) *coordinationv1.Lease {
 		},
 		Spec: coordinationv1.LeaseSpec{
 			LeaseTransitions: &l.FencingToken,
-			AcquireTime:          microTime(l.AcquiredAt),
-			RenewTime:            microTime(l.RenewedAt),
+			AcquireTime:      microTime(l.AcquiredAt),
+			RenewTime:        microTime(l.RenewedAt),
 		},
 	}
 	if l.Holder != "" {
