@@ -25,7 +25,7 @@ work=$(mktemp -d)
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
+	wait 2>/dev/null || true # the sandbox stops its clusters before it exits
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -89,7 +89,10 @@ go test -run '^$' -bench BenchmarkRenew -benchtime 40000x -count 3 ./leaseapi/st
 # The other stores need a PostgreSQL and a kube-apiserver.
 echo >&2
 echo "bench: starting a kube-apiserver (test/sandbox) and a PostgreSQL" >&2
-go run ./test/sandbox --clusters 1 --workdir "$work/k8s" >"$work/sandbox.out" 2>"$work/sandbox.log" &
+# The binary itself, not `go run`: its SIGTERM must reach the sandbox, which
+# then stops every process it started.
+go build -o "$BIN/sandbox" ./test/sandbox
+"$BIN/sandbox" --clusters 1 --workdir "$work/k8s" >"$work/sandbox.out" 2>"$work/sandbox.log" &
 pids+=($!)
 pgbin=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb | tail -1)")
 pgport=$(free_port)
