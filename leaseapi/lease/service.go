@@ -124,16 +124,10 @@ type SweepResult struct {
 func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	err := s.eachLease(ctx, func(l store.Lease) error {
-		if l.Holder == "" {
-			return nil
-		}
-		d, err := s.updateLease(ctx, leaseapi.Key{Namespace: l.Namespace, Name: l.Name}, func(cur store.Lease) (Decision, error) {
-			return DecideExpire(cur, s.now()), nil
-		})
-		if err != nil {
-			return err
-		}
+		d, err := s.updateListed(ctx, l, func(cur store.Lease) Decision { return DecideExpire(cur, s.now()) })
 		switch {
+		case err != nil:
+			return err
 		case d.Outcome == OutcomeExpired:
 			res.Expired++
 		case d.Next.Holder != "":
@@ -149,18 +143,26 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 func (s *Service) GrantGrace(ctx context.Context) (int, error) {
 	graced := 0
 	err := s.eachLease(ctx, func(l store.Lease) error {
-		if l.Holder == "" {
-			return nil
-		}
-		d, err := s.updateLease(ctx, leaseapi.Key{Namespace: l.Namespace, Name: l.Name}, func(cur store.Lease) (Decision, error) {
-			return DecideGrace(cur, s.now()), nil
-		})
+		d, err := s.updateListed(ctx, l, func(cur store.Lease) Decision { return DecideGrace(cur, s.now()) })
 		if d.Outcome == OutcomeGraced {
 			graced++
 		}
 		return err
 	})
 	return graced, err
+}
+
+// updateListed applies decide to a lease as a list returned it. Only when
+// that record calls for a write does it go through the compare-and-swap
+// loop, which reads the lease again: a sweep of many quiet leases costs one
+// list, not a read per lease.
+func (s *Service) updateListed(ctx context.Context, l store.Lease, decide func(store.Lease) Decision) (Decision, error) {
+	if d := decide(l); !d.Write {
+		return d, nil
+	}
+	return s.updateLease(ctx, leaseapi.Key{Namespace: l.Namespace, Name: l.Name}, func(cur store.Lease) (Decision, error) {
+		return decide(cur), nil
+	})
 }
 
 // eachLease calls fn for every stored lease, a page at a time.
