@@ -299,9 +299,12 @@ func TestTwoClustersOneLease(t *testing.T) {
 	if s, _ := other.pods(t.Context()); s.gated != 2 || s.ungated != 0 {
 		t.Fatalf("%s: %+v, want both Pods gated", other.name, s)
 	}
-	if st := status(t, holder); st.LeaseState != reconciler.StateHeld || st.Phase != reconciler.PhaseActive || st.RunningPods != 2 {
-		t.Errorf("%s status: state %q phase %q running %d, want held, Active, 2", holder.name, st.LeaseState, st.Phase, st.RunningPods)
-	}
+	// The status counts Running Pods when it is written; it catches up with
+	// the kubelet's report on the next reconcile, so it is awaited, not read once.
+	eventually(t, 20*time.Second, "the holder's status reports held, Active, 2 running", func() bool {
+		st := status(t, holder)
+		return st.LeaseState == reconciler.StateHeld && st.Phase == reconciler.PhaseActive && st.RunningPods == 2
+	})
 	time.Sleep(2 * heartbeat * time.Second) // it stays that way over renewals
 	if runner(t, members) != holder {
 		t.Fatalf("the workload moved away from %s without a fault", holder.name)
