@@ -45,6 +45,12 @@ type KubeconfigDir struct {
 	// ClusterOptions configure each cluster (scheme, cache).
 	ClusterOptions []cluster.Option
 	Log            logr.Logger
+	// BeforeLeave, when set, is called when a cluster's file is gone and
+	// before the cluster is disengaged, while its client, cache and
+	// controllers still run: fleet mode hands the cluster's leases over in
+	// it. It must return by itself (bound it); the folder is not looked at
+	// meanwhile. A file that merely changed replaces its cluster without it.
+	BeforeLeave func(ctx context.Context, name multicluster.ClusterName)
 
 	// engaged maps a cluster name to the digest of the kubeconfig it was
 	// engaged with.
@@ -86,15 +92,20 @@ func (p *KubeconfigDir) sync(ctx context.Context, aware multicluster.Aware) erro
 		return err
 	}
 	for name := range p.engaged {
-		if _, ok := files[name]; !ok || !slices.Contains(p.ClusterNames(), name) {
+		_, present := files[name]
+		running := slices.Contains(p.ClusterNames(), name)
+		if !present || !running {
 			// Gone from the folder, or it stopped on its own: a cluster
 			// that stopped is engaged anew at this look if its file is
 			// still there.
-			p.Remove(name)
-			delete(p.engaged, name)
-			if !ok {
+			if !present {
 				p.Log.Info("cluster left the fleet folder", "cluster", name)
 			}
+			if !present && running && p.BeforeLeave != nil {
+				p.BeforeLeave(ctx, name)
+			}
+			p.Remove(name)
+			delete(p.engaged, name)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(files)) {

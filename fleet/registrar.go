@@ -24,6 +24,9 @@ const (
 	ReasonCordoned            = "Cordoned"
 	ReasonRegistrationRefused = "RegistrationRefused"
 	ReasonUnregistered        = "Unregistered"
+	// ReasonLeaving: the cluster is leaving a fleet-mode agent (its
+	// kubeconfig was removed from the folder).
+	ReasonLeaving = "Leaving"
 )
 
 // DefaultHeartbeatInterval is how often a registrar heartbeats; the lease API

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -117,6 +118,35 @@ func (r *BerthLeaseReconciler) Wakes() <-chan event.GenericEvent {
 		r.wake = make(chan event.GenericEvent)
 	}
 	return r.wake
+}
+
+// HandedOver reports whether this cluster holds no lease any more: it keeps
+// no term, and no token to recover or release, and no BerthLease's status
+// (read from the API server) says held. Fleet mode waits for it before it
+// lets a leaving cluster go.
+func (r *BerthLeaseReconciler) HandedOver(ctx context.Context) (bool, error) {
+	r.mu.Lock()
+	for _, m := range r.memory {
+		if m.term != nil || m.recoverToken > 0 || m.releaseToken > 0 {
+			r.mu.Unlock()
+			return false, nil
+		}
+	}
+	r.mu.Unlock()
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	list := &berthv1alpha1.BerthLeaseList{}
+	if err := reader.List(ctx, list); err != nil {
+		return false, fmt.Errorf("list BerthLeases: %w", err)
+	}
+	for i := range list.Items {
+		if list.Items[i].Status.LeaseState == StateHeld {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // Stop ends every long poll and forgets every BerthLease, without touching

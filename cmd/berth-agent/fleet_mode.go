@@ -9,9 +9,12 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -82,6 +85,7 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 		return err
 	}
 	members := &fleetMembers{o: o, log: log, dir: dir, members: map[multicluster.ClusterName]*member{}, wakes: make(chan event.TypedGenericEvent[mcreconcile.Request])}
+	dir.BeforeLeave = members.Leave
 	// Added before the controller, so that a joining cluster registers and
 	// gets its reconciler before the controller watches it.
 	if err := mgr.Add(members); err != nil {
@@ -130,7 +134,24 @@ type fleetMembers struct {
 type member struct {
 	r         *reconciler.BerthLeaseReconciler
 	registrar *fleet.Registrar
+	// leaving: the cluster's kubeconfig was removed; it hands its leases
+	// over and takes none.
+	leaving atomic.Bool
 }
+
+// membership is what the member's reconciler is told: leaving comes first,
+// then what the lease API says of the cluster.
+func (m *member) membership() (reason, message string) {
+	if m.leaving.Load() {
+		return fleet.ReasonLeaving, fmt.Sprintf("cluster %q is leaving this agent (its kubeconfig was removed): it hands its leases over and takes none", m.r.ClusterIdentity)
+	}
+	return m.registrar.Membership()
+}
+
+// leaveTimeout bounds a leaving cluster's handover: long enough to stop Pods
+// within any sane stop budget and release, short enough that an unreachable
+// cluster does not hold up the fleet folder for long.
+const leaveTimeout = 2 * time.Minute
 
 var (
 	_ mcmanager.Runnable                             = (*fleetMembers)(nil)
@@ -146,10 +167,10 @@ func (f *fleetMembers) Start(ctx context.Context) error {
 // Engage makes a cluster a member: it reads the cluster's fingerprint,
 // registers it at the lease API with the cluster's own token (before
 // anything is reconciled, as single-cluster mode does), and builds the
-// cluster's reconciler. When ctx ends (the cluster's file is gone) the
-// member stops: no more reconciles, heartbeats or long polls. It releases
-// nothing: the cluster's Pods are out of its reach, so its leases expire
-// after their TTL.
+// cluster's reconciler. When ctx ends the member stops: no more reconciles,
+// heartbeats or long polls. A cluster whose file was removed has handed its
+// leases over by then (Leave); one whose agent shuts down keeps them, as a
+// restarting single-cluster agent does.
 func (f *fleetMembers) Engage(ctx context.Context, name multicluster.ClusterName, cl cluster.Cluster) error {
 	id := string(name)
 	log := f.log.WithValues("cluster", id)
@@ -171,10 +192,10 @@ func (f *fleetMembers) Engage(ctx context.Context, name multicluster.ClusterName
 		ClusterIdentity:   id,
 		ManagedWorkloads:  f.o.managedWorkloads,
 		OperatorNamespace: f.o.operatorNamespace,
-		Membership:        registrar.Membership,
 	}
-	registrar.OnChange = r.WakeAll
 	m := &member{r: r, registrar: registrar}
+	r.Membership = m.membership
+	registrar.OnChange = r.WakeAll
 	wakes := r.Wakes()
 
 	f.mu.Lock()
@@ -194,10 +215,45 @@ func (f *fleetMembers) Engage(ctx context.Context, name multicluster.ClusterName
 			delete(f.members, name)
 		}
 		f.mu.Unlock()
-		log.Info("cluster left this agent: its reconciler stopped; leases it holds are not released and expire after their TTL")
+		log.Info("cluster left this agent: its reconciler stopped", "handedOver", m.leaving.Load())
 	}()
 	log.Info("cluster joined this agent", "tokenFile", tokenFile, "fingerprint", registrar.Fingerprint)
 	return nil
+}
+
+// Leave hands over every lease of a cluster whose kubeconfig was removed,
+// before the cluster is disengaged: the member is marked leaving, which its
+// reconciler treats as a cordon (stop the Pods, wait until they are gone,
+// release), and Leave waits until nothing is held, for at most leaveTimeout.
+// A cluster that cannot hand over in time (unreachable) is let go anyway;
+// its leases then expire after their TTL. Leave returns at once when the
+// agent shuts down.
+func (f *fleetMembers) Leave(ctx context.Context, name multicluster.ClusterName) {
+	f.mu.Lock()
+	m := f.members[name]
+	f.mu.Unlock()
+	if m == nil {
+		return
+	}
+	log := f.log.WithValues("cluster", string(name))
+	log.Info("cluster is leaving this agent: handing its leases over")
+	m.leaving.Store(true)
+	ctx, cancel := context.WithTimeout(ctx, leaveTimeout)
+	defer cancel()
+	start := time.Now()
+	m.r.WakeAll(ctx)
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		done, err := m.r.HandedOver(ctx)
+		if err != nil {
+			log.V(1).Info("handover not confirmed yet", "error", err.Error())
+		}
+		return done, nil
+	})
+	if err != nil {
+		log.Error(err, "cluster leaves without having handed its leases over: they expire after their TTL", "waited", time.Since(start).Round(time.Millisecond))
+		return
+	}
+	log.Info("cluster handed its leases over", "took", time.Since(start).Round(time.Millisecond))
 }
 
 // forward carries a member's wake-ups into the controller with its cluster.

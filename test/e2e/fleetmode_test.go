@@ -6,18 +6,18 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 
+	"github.com/berthfleet/berth/fleet"
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/localfleet"
 )
 
 // TestFleetMode runs ONE berth-agent in fleet mode for all three clusters:
 // it holds the lease for exactly one of them with exactly one running; a
-// cluster whose kubeconfig is removed leaves the agent without releasing
-// (another cluster takes over only once the lease expires), and one whose
-// kubeconfig comes back joins again.
+// cluster whose kubeconfig is removed hands its lease over before it leaves
+// the agent (another cluster takes over at once, with no overlap), and one
+// whose kubeconfig comes back joins again.
 func TestFleetMode(t *testing.T) {
 	r := startFleetWith(t, localfleet.Options{NoAgents: true})
 	agent, err := r.StartFleetAgent()
@@ -45,36 +45,34 @@ func TestFleetMode(t *testing.T) {
 	r.stable(t, holder, ttl)
 	r.record(t, "fleet mode: steady state over a TTL", 0)
 
-	// The holder's kubeconfig is removed: the agent leaves that cluster.
-	// It releases nothing (the cluster's Pods are out of its reach), so the
-	// lease stays the holder's until it expires.
+	// The holder's kubeconfig is removed: before the agent lets the cluster
+	// go, it hands the lease over as a cordon would (stop the Pods, wait
+	// until they are gone, release), so another cluster takes over at once
+	// and never while the left cluster's Pods run.
 	if err := agent.Leave(holder); err != nil {
 		t.Fatal(err)
 	}
 	removed := time.Now()
-	left := waitFor(t, 15*time.Second, "the agent leaves "+holder, func() bool {
-		return agentLogged(agent, "cluster left this agent", holder)
-	})
-	t.Logf("the agent left %s %s after its kubeconfig was removed", holder, left.Round(time.Millisecond))
-	l, err := r.LeaseAPI.Admin.GetLease(t.Context(), workload.Namespace, workload.Name)
-	if err != nil || l.Holder != holder {
-		t.Fatalf("lease right after %s left: %+v, %v; want it still held by %s (leaving releases nothing)", holder, l, err, holder)
-	}
-	// Nothing stops the left cluster's Pods any more: an operator has to.
-	// Stop them here, as the runbook says, so that the history judges the
-	// takeover alone.
-	m := r.Member(holder)
-	stopUngatedPods(t, m)
+	// Nothing else stops the left cluster's Pods: another cluster can run
+	// both replicas only once the agent has stopped them.
 	next, _ := r.runner(t, ttl+30*time.Second, "another cluster runs after "+holder+" left the agent", holder)
 	took = time.Since(removed)
 	t.Logf("%s left the agent: %s runs %s after the kubeconfig was removed (TTL %s)", holder, next, took.Round(time.Millisecond), ttl)
 	r.record(t, "fleet mode: holder's kubeconfig removed", took)
+	waitFor(t, 30*time.Second, "the agent says "+holder+" handed its leases over and left", func() bool {
+		return agentLogged(agent, "cluster handed its leases over", holder) && agentLogged(agent, "cluster left this agent", holder)
+	})
+	m := r.Member(holder)
+	st := m.BerthLease(t.Context()).Status
+	if st.LeaseState != reconciler.StateReleased {
+		t.Errorf("%s's status after it left: %q, want %q", holder, st.LeaseState, reconciler.StateReleased)
+	}
+	if c := apimeta.FindStatusCondition(st.Conditions, reconciler.ConditionAcquired); c == nil || c.Reason != fleet.ReasonLeaving {
+		t.Errorf("%s's Acquired condition after it left: %+v, want reason %s", holder, c, fleet.ReasonLeaving)
+	}
 
 	// The kubeconfig comes back: the cluster joins again, registers, and
-	// its BerthLease's status is written again (it was left at Held).
-	if st := m.BerthLease(t.Context()).Status; st.LeaseState != reconciler.StateHeld || st.CurrentHolder != holder {
-		t.Errorf("%s's status while out of the agent: %s held by %q, want it untouched (Held by itself)", holder, st.LeaseState, st.CurrentHolder)
-	}
+	// waits for the lease the other cluster now holds.
 	if err := agent.Join(holder); err != nil {
 		t.Fatal(err)
 	}
@@ -87,25 +85,6 @@ func TestFleetMode(t *testing.T) {
 		t.Errorf("the agent's log says %s joined %d times, want 2", holder, n)
 	}
 	r.stable(t, next, 2*time.Second)
-}
-
-// stopUngatedPods deletes the member's ungated managed Pods (their
-// Deployment recreates them gated).
-func stopUngatedPods(t *testing.T, m *localfleet.Member) {
-	t.Helper()
-	pods := &corev1.PodList{}
-	if err := m.Client.List(t.Context(), pods, ctrlclient.InNamespace(workload.Namespace), ctrlclient.MatchingLabels{reconciler.ManagedLease: workload.Name}); err != nil {
-		t.Fatal(err)
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if len(p.Spec.SchedulingGates) > 0 {
-			continue
-		}
-		if err := m.Client.Delete(t.Context(), p, ctrlclient.GracePeriodSeconds(0)); ctrlclient.IgnoreNotFound(err) != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // agentLogged reports whether the fleet agent logged msg for cluster.
