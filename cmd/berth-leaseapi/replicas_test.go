@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthfleet/berth/leaseapi"
 	"github.com/berthfleet/berth/leaseapi/client"
 	"github.com/berthfleet/berth/test/kubeenv"
 	"github.com/berthfleet/berth/test/pgtest"
@@ -88,6 +89,37 @@ func testReplicas(t *testing.T, storeArgs ...string) {
 		if err := clients[(i+1)%3].Release(ctx, "replicas", "cycle", holder, res.FencingToken); err != nil {
 			t.Fatalf("cycle %d: release through another replica: %v", i, err)
 		}
+	}
+
+	// A long poll held by one replica answers as soon as another replica
+	// frees the lease (the store's change feed), not when the poll ends.
+	held, err := clients[0].Acquire(ctx, "replicas", "handover", "east", time.Minute)
+	if err != nil || !held.Acquired {
+		t.Fatalf("acquire handover: %+v, %v", held, err)
+	}
+	type answer struct {
+		l   leaseapi.Lease
+		err error
+		at  time.Time
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		l, err := clients[2].WatchLease(ctx, "replicas", "handover", "east", held.FencingToken, 30*time.Second)
+		answers <- answer{l, err, time.Now()}
+	}()
+	time.Sleep(500 * time.Millisecond) // let the poll start waiting
+	released := time.Now()
+	if err := clients[1].Release(ctx, "replicas", "handover", "east", held.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	a := <-answers
+	if a.err != nil || a.l.Holder != "" {
+		t.Fatalf("long poll at replica 2: %+v, %v; want the released lease", a.l, a.err)
+	}
+	took := a.at.Sub(released)
+	t.Logf("a long poll at replica 2 answered %s after the release through replica 1", took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("a long poll at replica 2 answered %s after the release through replica 1: it did not hear of it (the poll waits 30 s)", took)
 	}
 
 	// A replica killed with SIGKILL mid-load loses no acknowledged write.

@@ -103,6 +103,14 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		srv.RunSweeper(ctx)
 		return nil
 	})
+	if feed, ok := backend.(store.LeaseFeed); ok {
+		// Replicas share the store: long polls here must hear of releases
+		// made through the others.
+		g.Go(func() error {
+			svc.FollowFeed(ctx, feed, func(err error) { log.Error(err, "lease change feed broke; following it again") })
+			return nil
+		})
+	}
 	if tokens != nil {
 		g.Go(func() error {
 			reloadOnHangup(ctx, tokens, log)

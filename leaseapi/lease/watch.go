@@ -13,9 +13,8 @@ import (
 // MaxWait bounds one WaitForChange.
 const MaxWait = time.Minute
 
-// changes wakes the waiters of a key when this process writes it. It is
-// local to one server: waiters on another replica learn of the change when
-// their wait ends or the lease expires, and clients keep polling as well.
+// changes wakes the waiters of a key when this process writes it, and, with
+// a store's LeaseFeed (FollowFeed), when another replica does.
 type changes struct {
 	mu      sync.Mutex
 	waiters map[leaseapi.Key]chan struct{}
@@ -42,6 +41,49 @@ func (c *changes) notify(key leaseapi.Key) {
 	if ch, ok := c.waiters[key]; ok {
 		close(ch)
 		delete(c.waiters, key)
+	}
+}
+
+// notifyAll wakes every waiter: each reads its lease again.
+func (c *changes) notifyAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, ch := range c.waiters {
+		close(ch)
+		delete(c.waiters, key)
+	}
+}
+
+// feedRetry is the pause before a broken LeaseFeed is followed again.
+const feedRetry = time.Second
+
+// FollowFeed wakes this server's long polls at lease writes made through
+// any server sharing the store, as feed reports them, until ctx ends. A
+// broken feed is reported to onBreak and followed again after a pause;
+// until it follows, waiters still learn of this server's own writes and of
+// expiries, and their clients poll as well.
+func (s *Service) FollowFeed(ctx context.Context, feed store.LeaseFeed, onBreak func(error)) {
+	changed := func(c store.LeaseChange) {
+		if c.All {
+			s.changes.notifyAll()
+			return
+		}
+		s.changes.notify(leaseapi.Key{Namespace: c.Namespace, Name: c.Name})
+	}
+	for {
+		err := feed.FollowLeases(ctx, changed)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("the feed ended")
+		}
+		onBreak(err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(feedRetry):
+		}
 	}
 }
 

@@ -83,6 +83,27 @@ type ClusterStore interface {
 	ListClusters(ctx context.Context) ([]Cluster, error)
 }
 
+// LeaseChange is one report of a LeaseFeed.
+type LeaseChange struct {
+	// Namespace and Name are the key of a lease whose holder or fencing
+	// token was written.
+	Namespace, Name string
+	// All: the feed (re)started and may have missed writes, so any lease
+	// may have changed.
+	All bool
+}
+
+// LeaseFeed is what a store that several servers share may also offer: it
+// reports lease writes made through any of them, so that a long poll held
+// by one replica answers at once when another replica frees the lease.
+type LeaseFeed interface {
+	// FollowLeases calls changed with All once it follows, then for every
+	// lease whose holder or fencing token is written (renewals may be left
+	// out), until ctx ends (it returns nil) or the feed breaks (it returns
+	// the error). changed must not block.
+	FollowLeases(ctx context.Context, changed func(LeaseChange)) error
+}
+
 // Store is what a backend implements.
 type Store interface {
 	LeaseStore

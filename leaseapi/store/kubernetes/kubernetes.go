@@ -14,8 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/berthfleet/berth/leaseapi/store"
 )
@@ -34,7 +37,10 @@ type Store struct {
 	namespace string
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store     = (*Store)(nil)
+	_ store.LeaseFeed = (*Store)(nil)
+)
 
 // Open returns a store in namespace of the cluster cfg reaches, creating the
 // namespace if needed. cfg's rate limits are raised so that the store is not
@@ -176,6 +182,45 @@ func (s *Store) Ping(ctx context.Context) error {
 	if _, err := s.client.CoreV1().Namespaces().Get(ctx, s.namespace, metav1.GetOptions{}); err != nil {
 		return fmt.Errorf("ping Kubernetes store: %w", err)
 	}
+	return nil
+}
+
+// FollowLeases implements store.LeaseFeed with an informer on the store's
+// Lease objects: a created Lease, or one whose holder or token changed, is
+// reported, whichever replica wrote it. The informer lists again and
+// resumes by itself when its watch breaks, reporting what changed meanwhile.
+func (s *Store) FollowLeases(ctx context.Context, changed func(store.LeaseChange)) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
+		informers.WithNamespace(s.namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelKind + "=lease" }))
+	defer factory.Shutdown()
+	informer := factory.Coordination().V1().Leases().Informer()
+	report := func(obj any) {
+		if l, ok := obj.(*coordinationv1.Lease); ok {
+			if ns, name, ok := strings.Cut(l.Name, "."); ok {
+				changed(store.LeaseChange{Namespace: ns, Name: name})
+			}
+		}
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: report,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, okOld := oldObj.(*coordinationv1.Lease)
+			n, okNew := newObj.(*coordinationv1.Lease)
+			if okOld && okNew && ptr.Equal(o.Spec.HolderIdentity, n.Spec.HolderIdentity) && ptr.Equal(o.Spec.LeaseTransitions, n.Spec.LeaseTransitions) {
+				return // a renewal
+			}
+			report(newObj)
+		},
+	}); err != nil {
+		return fmt.Errorf("follow lease changes: %w", err)
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return nil // ctx ended
+	}
+	changed(store.LeaseChange{All: true})
+	<-ctx.Done()
 	return nil
 }
 

@@ -19,7 +19,10 @@ type Store struct {
 	pool *pgxpool.Pool
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store     = (*Store)(nil)
+	_ store.LeaseFeed = (*Store)(nil)
+)
 
 // Open connects to dsn, migrates the schema and returns the store.
 func Open(ctx context.Context, dsn string) (*Store, error) {
@@ -170,6 +173,48 @@ func (s *Store) Ping(ctx context.Context) error {
 		return fmt.Errorf("ping PostgreSQL: %w", err)
 	}
 	return nil
+}
+
+// FollowLeases implements store.LeaseFeed with LISTEN on a connection of its
+// own (outside the pool, so that it takes no capacity from requests): the
+// schema's triggers notify every lease creation and change of holder or
+// token, whichever replica wrote it.
+func (s *Store) FollowLeases(ctx context.Context, changed func(store.LeaseChange)) error {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("connect to follow lease changes: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+leaseChannel); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("listen for lease changes: %w", err)
+	}
+	changed(store.LeaseChange{All: true})
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("wait for lease changes: %w", err)
+		}
+		namespace, name, ok := strings.Cut(n.Payload, "/")
+		if !ok {
+			// Not ours to read: let every waiter look again.
+			changed(store.LeaseChange{All: true})
+			continue
+		}
+		changed(store.LeaseChange{Namespace: namespace, Name: name})
+	}
 }
 
 // Close implements store.Store.

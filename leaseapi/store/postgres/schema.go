@@ -31,7 +31,23 @@ var migrations = []string{
 		last_seen     timestamptz,
 		version       bigint      NOT NULL
 	);`,
+	// Version 2: a notification on the channel leaseChannel, with payload
+	// "namespace/name", when a lease is created or its holder or token
+	// changes (renewals stay quiet), for FollowLeases.
+	`CREATE FUNCTION berth_lease_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM pg_notify('berth_lease_changes', NEW.namespace || '/' || NEW.name);
+		RETURN NULL;
+	END $$;
+	CREATE TRIGGER berth_lease_created AFTER INSERT ON leases
+		FOR EACH ROW EXECUTE FUNCTION berth_lease_changed();
+	CREATE TRIGGER berth_lease_holder_changed AFTER UPDATE ON leases
+		FOR EACH ROW WHEN (OLD.holder IS DISTINCT FROM NEW.holder OR OLD.fencing_token IS DISTINCT FROM NEW.fencing_token)
+		EXECUTE FUNCTION berth_lease_changed();`,
 }
+
+// leaseChannel is the notification channel of lease changes (migration 2).
+const leaseChannel = "berth_lease_changes"
 
 // migrationLock serialises migrations of replicas starting together.
 const migrationLock = 0x6265727468 // "berth"

@@ -33,6 +33,7 @@ func Run(t *testing.T, open OpenFunc) {
 		"restart grace":                    testRestartGrace,
 		"cluster registry":                 testClusterRegistry,
 		"cordoned cluster":                 testCordonedCluster,
+		"lease feed":                       testLeaseFeed,
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) { tc(t, open) })
@@ -480,5 +481,79 @@ func testCordonedCluster(t *testing.T, open OpenFunc) {
 	}
 	if _, err := f.svc.Acquire(f.ctx, leaseapi.Key{Namespace: "payments", Name: "new"}, "east/x", time.Minute); err != nil {
 		t.Fatalf("uncordoned cluster's acquire: %v", err)
+	}
+}
+
+// testLeaseFeed checks a shared store's LeaseFeed: it reports new leases and
+// changes of holder, and a second server following it wakes its long polls
+// at the first server's writes.
+func testLeaseFeed(t *testing.T, open OpenFunc) {
+	f := newFixture(t, open)
+	feed, ok := f.store.(store.LeaseFeed)
+	if !ok {
+		t.Skip("the store offers no LeaseFeed: one server owns it")
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	reports := make(chan store.LeaseChange, 1024)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := feed.FollowLeases(ctx, func(c store.LeaseChange) {
+			select {
+			case reports <- c:
+			default:
+			}
+		}); err != nil {
+			t.Errorf("FollowLeases: %v", err)
+		}
+	}()
+	awaitReport := func(what string, match func(store.LeaseChange) bool) {
+		t.Helper()
+		timeout := time.After(20 * time.Second)
+		for {
+			select {
+			case c := <-reports:
+				if match(c) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("the feed did not report %s within 20s", what)
+			}
+		}
+	}
+	awaitReport("that it follows", func(c store.LeaseChange) bool { return c.All })
+	isKey := func(c store.LeaseChange) bool { return c.Namespace == key.Namespace && c.Name == key.Name }
+	d := f.acquire(t, "east", 30*time.Second)
+	awaitReport("the new lease", isKey)
+
+	// A second server on the same store hears of the first one's writes only
+	// through the feed: its long poll answers the release at once, long
+	// before the lease would expire.
+	other := lease.NewService(f.store, lease.Options{Clock: f.clock, ClusterTTL: 30 * time.Second})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		other.FollowFeed(ctx, feed, func(err error) { t.Errorf("feed broke: %v", err) })
+	}()
+	type answer struct {
+		l    store.Lease
+		err  error
+		took time.Duration
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		start := time.Now()
+		l, err := other.WaitForChange(ctx, key, "east", d.Next.FencingToken, 25*time.Second)
+		answers <- answer{l, err, time.Since(start)}
+	}()
+	time.Sleep(200 * time.Millisecond) // let the poll start waiting
+	f.release(t, "east", d.Next.FencingToken)
+	awaitReport("the release", isKey)
+	a := <-answers
+	if a.err != nil || a.l.Holder != "" || a.took > 15*time.Second {
+		t.Errorf("the other server's long poll answered %+v, %v after %s; want the released lease well before its 30s TTL", a.l, a.err, a.took)
 	}
 }
