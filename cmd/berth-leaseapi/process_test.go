@@ -183,7 +183,21 @@ func TestKillNineLosesNoAcknowledgedWrite(t *testing.T) {
 		})
 	}
 
-	time.Sleep(1500 * time.Millisecond)
+	// Kill it once the load is under way (every own holder granted, some
+	// contended grants), and a moment later, in the middle of it.
+	loaded := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		grants := 0
+		for _, m := range maxTokens {
+			grants += int(m)
+		}
+		return len(own) == ownHolders && grants >= contended
+	}
+	for deadline := time.Now().Add(30 * time.Second); !loaded() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -160,7 +160,16 @@ func testReplicas(t *testing.T, storeArgs ...string) {
 			}
 		})
 	}
-	time.Sleep(time.Second)
+	// Kill replica 0 once every holder has a grant, a moment into the load.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n == 30 {
+			break
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
 	if err := replicas[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

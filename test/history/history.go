@@ -4,7 +4,8 @@
 // across holders.
 //
 // A Recorder looks at every cluster's managed Pods at a fixed interval, all
-// clusters in one sweep. A Pod counts as possibly running from the moment it
+// clusters in one sweep (see sweep for how reads one after another are kept
+// from showing an overlap that never was). A Pod counts as possibly running from the moment it
 // is ungated until it is gone (terminating Pods count), which is stricter
 // than what its containers do.
 package history
@@ -12,6 +13,7 @@ package history
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,28 +92,52 @@ func (r *Recorder) run(ctx context.Context) {
 
 // sweep looks at every cluster; a cluster that cannot be read (it may be
 // down) is left out of the sweep.
+//
+// Clusters are read one after another, not at one instant, so a cluster read
+// early may have stopped its Pods before one read later started its own.
+// Before two clusters count as running together, every holder read before
+// the last one is read again, and only its Pods present in both reads count:
+// a Pod that exists at two reads (same UID) existed in between, when the
+// later cluster was read.
 func (r *Recorder) sweep(ctx context.Context) (Sweep, bool) {
 	s := Sweep{At: time.Now(), Ungated: map[string]int{}, Running: map[string]int{}, Tokens: map[string][]int32{}}
-	for name, c := range r.clusters {
-		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		pods := &corev1.PodList{}
-		err := c.List(lctx, pods, ctrlclient.InNamespace(r.namespace), ctrlclient.MatchingLabels{reconciler.ManagedLease: r.lease})
-		cancel()
+	ungated := map[string][]corev1.Pod{}
+	var order []string // the clusters read, in the order they were read
+	for _, name := range slices.Sorted(maps.Keys(r.clusters)) {
+		pods, err := r.ungated(ctx, r.clusters[name])
 		if err != nil {
 			if ctx.Err() != nil {
 				return s, false
 			}
 			continue
 		}
-		s.Ungated[name] += 0 // read: present, even with nothing ungated
-		for _, p := range pods.Items {
-			if slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == reconciler.SchedulingGate }) {
-				continue
+		ungated[name] = pods
+		order = append(order, name)
+	}
+	lastHolder := -1
+	for i, name := range order {
+		if len(ungated[name]) > 0 {
+			lastHolder = i
+		}
+	}
+	for _, name := range order[:max(lastHolder, 0)] {
+		if len(ungated[name]) == 0 {
+			continue
+		}
+		again, err := r.ungated(ctx, r.clusters[name])
+		if err != nil {
+			if ctx.Err() != nil {
+				return s, false
 			}
-			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-				continue
-			}
-			s.Ungated[name]++
+			continue // keep the first read: the stricter view
+		}
+		ungated[name] = slices.DeleteFunc(ungated[name], func(p corev1.Pod) bool {
+			return !slices.ContainsFunc(again, func(q corev1.Pod) bool { return q.UID == p.UID })
+		})
+	}
+	for _, name := range order {
+		s.Ungated[name] = len(ungated[name]) // present, even with nothing ungated
+		for _, p := range ungated[name] {
 			if p.Status.Phase == corev1.PodRunning {
 				s.Running[name]++
 			}
@@ -121,6 +147,20 @@ func (r *Recorder) sweep(ctx context.Context) (Sweep, bool) {
 		}
 	}
 	return s, true
+}
+
+// ungated lists the lease's ungated, unfinished managed Pods of one cluster.
+func (r *Recorder) ungated(ctx context.Context, c ctrlclient.Reader) ([]corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, ctrlclient.InNamespace(r.namespace), ctrlclient.MatchingLabels{reconciler.ManagedLease: r.lease}); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {
+		gated := slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == reconciler.SchedulingGate })
+		return gated || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	}), nil
 }
 
 // Snapshot returns the sweeps so far.
