@@ -39,6 +39,8 @@ type options struct {
 	postgresDSN   string
 	// postgresDSNFile holds the DSN instead of the command line.
 	postgresDSNFile string
+	// postgresMigrate: migrate the schema on start, else only verify it.
+	postgresMigrate bool
 	// kubeconfig and coordinationNamespace place --store kubernetes.
 	kubeconfig            string
 	coordinationNamespace string
@@ -56,6 +58,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.sqlitePath, "sqlite-path", "./berth-leases.db", "file of the embedded SQLite store")
 	fs.StringVar(&o.postgresDSN, "postgres-dsn", "", "PostgreSQL connection string (with --store postgres)")
 	fs.StringVar(&o.postgresDSNFile, "postgres-dsn-file", "", "file holding the PostgreSQL connection string, instead of --postgres-dsn")
+	fs.BoolVar(&o.postgresMigrate, "postgres-migrate", true, "create and migrate the PostgreSQL schema on start; false only verifies it, for a role without rights to alter it")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "central cluster of --store kubernetes (empty: in-cluster)")
 	fs.StringVar(&o.coordinationNamespace, "coordination-namespace", "berth-leases", "namespace of the Lease objects of --store kubernetes")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file of <subject>:<sha256-hex-of-token> lines; re-read on SIGHUP")

@@ -129,7 +129,7 @@ func openStore(ctx context.Context, o options) (store.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return postgres.Open(ctx, dsn)
+		return postgres.Open(ctx, dsn, postgres.Options{VerifyOnly: !o.postgresMigrate})
 	case "kubernetes":
 		cfg, err := kubernetesConfig(o.kubeconfig)
 		if err != nil {

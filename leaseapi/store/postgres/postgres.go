@@ -24,8 +24,18 @@ var (
 	_ store.LeaseFeed = (*Store)(nil)
 )
 
-// Open connects to dsn, migrates the schema and returns the store.
-func Open(ctx context.Context, dsn string) (*Store, error) {
+// Options configures Open.
+type Options struct {
+	// VerifyOnly checks that the database holds exactly the schema this
+	// binary needs and changes nothing, so that the server can run as a
+	// role without rights to alter the schema; someone runs it once with
+	// migrations on (or a newer release) first.
+	VerifyOnly bool
+}
+
+// Open connects to dsn, migrates the schema (or verifies it, with
+// VerifyOnly) and returns the store.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse PostgreSQL DSN: %w", err)
@@ -34,7 +44,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	prepare := migrate
+	if opts.VerifyOnly {
+		prepare = verify
+	}
+	if err := prepare(ctx, pool); err != nil {
 		pool.Close()
 		return nil, err
 	}

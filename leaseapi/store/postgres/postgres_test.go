@@ -1,7 +1,10 @@
 package postgres_test
 
 import (
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/berthfleet/berth/leaseapi/store"
 	"github.com/berthfleet/berth/leaseapi/store/postgres"
@@ -12,7 +15,7 @@ import (
 func TestConformance(t *testing.T) {
 	server := pgtest.Start(t)
 	storetest.Run(t, func(t *testing.T) store.Store {
-		s, err := postgres.Open(t.Context(), server.NewDatabase(t))
+		s, err := postgres.Open(t.Context(), server.NewDatabase(t), postgres.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -24,7 +27,7 @@ func TestMigrationIsIdempotent(t *testing.T) {
 	server := pgtest.Start(t)
 	dsn := server.NewDatabase(t)
 	for range 3 {
-		s, err := postgres.Open(t.Context(), dsn)
+		s, err := postgres.Open(t.Context(), dsn, postgres.Options{})
 		if err != nil {
 			t.Fatalf("open: %v", err)
 		}
@@ -32,5 +35,43 @@ func TestMigrationIsIdempotent(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = s.Close()
+	}
+}
+
+// TestVerifyOnly: without migrations the server starts only on exactly the
+// schema it needs, and says what to do otherwise.
+func TestVerifyOnly(t *testing.T) {
+	server := pgtest.Start(t)
+	dsn := server.NewDatabase(t)
+	verifyOnly := func() error {
+		s, err := postgres.Open(t.Context(), dsn, postgres.Options{VerifyOnly: true})
+		if err == nil {
+			_ = s.Close()
+		}
+		return err
+	}
+	if err := verifyOnly(); err == nil || !strings.Contains(err.Error(), "no Berth schema") {
+		t.Errorf("verify-only on an empty database: %v, want a refusal naming the missing schema", err)
+	}
+	s, err := postgres.Open(t.Context(), dsn, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	if err := verifyOnly(); err != nil {
+		t.Errorf("verify-only on a migrated database: %v", err)
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(t.Context()) }()
+	for version, want := range map[int]string{1: "older than this binary needs", 99: "newer than this binary knows"} {
+		if _, err := conn.Exec(t.Context(), `UPDATE berth_schema SET version = $1`, version); err != nil {
+			t.Fatal(err)
+		}
+		if err := verifyOnly(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("verify-only on schema version %d: %v, want %q", version, err, want)
+		}
 	}
 }

@@ -89,3 +89,25 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	return nil
 }
+
+// verify checks that the schema is the version this binary needs.
+func verify(ctx context.Context, pool *pgxpool.Pool) error {
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('berth_schema') IS NOT NULL`).Scan(&exists); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if !exists {
+		return fmt.Errorf("the database holds no Berth schema (version %d needed): start berth-leaseapi once with --postgres-migrate", len(migrations))
+	}
+	var current int
+	if err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM berth_schema`).Scan(&current); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	switch {
+	case current < len(migrations):
+		return fmt.Errorf("schema version %d is older than this binary needs (%d): start berth-leaseapi once with --postgres-migrate", current, len(migrations))
+	case current > len(migrations):
+		return fmt.Errorf("schema version %d is newer than this binary knows (%d): upgrade berth-leaseapi", current, len(migrations))
+	}
+	return nil
+}
