@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,25 +14,11 @@ import (
 	"time"
 
 	"github.com/berthfleet/berth/leaseapi/client"
+	"github.com/berthfleet/berth/test/binaries"
 )
 
-// binary is the berth-leaseapi built once for the process tests.
-var binary string
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "berth-leaseapi-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "berth-leaseapi")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build berth-leaseapi: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	binaries.Main(m, "berth-leaseapi")
 }
 
 // process is a running berth-leaseapi.
@@ -45,7 +30,7 @@ type process struct {
 // start runs berth-leaseapi with args and waits until it serves.
 func start(t *testing.T, args ...string) *process {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", ""}, args...)...)
+	cmd := exec.Command(binaries.Path("berth-leaseapi"), append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", ""}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -258,7 +243,7 @@ func TestKillNineLosesNoAcknowledgedWrite(t *testing.T) {
 func TestSecondServerOnSameFileIsRefused(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "leases.db")
 	start(t, "--sqlite-path", db)
-	out, err := exec.Command(binary, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--sqlite-path", db).CombinedOutput()
+	out, err := exec.Command(binaries.Path("berth-leaseapi"), "--listen", "127.0.0.1:0", "--metrics-listen", "", "--sqlite-path", db).CombinedOutput()
 	if err == nil {
 		t.Fatal("second berth-leaseapi on the same file started")
 	}
@@ -270,7 +255,7 @@ func TestSecondServerOnSameFileIsRefused(t *testing.T) {
 // TestRefusesToExposePlainHTTP checks that without TLS and tokens the server
 // will not listen beyond loopback.
 func TestRefusesToExposePlainHTTP(t *testing.T) {
-	out, err := exec.Command(binary, "--listen", "0.0.0.0:0", "--metrics-listen", "", "--sqlite-path", filepath.Join(t.TempDir(), "x.db")).CombinedOutput()
+	out, err := exec.Command(binaries.Path("berth-leaseapi"), "--listen", "0.0.0.0:0", "--metrics-listen", "", "--sqlite-path", filepath.Join(t.TempDir(), "x.db")).CombinedOutput()
 	if err == nil {
 		t.Fatal("server listened on 0.0.0.0 without TLS and authentication")
 	}

@@ -23,25 +23,11 @@ import (
 
 	"github.com/berthfleet/berth/leaseapi"
 	"github.com/berthfleet/berth/leaseapi/client"
+	"github.com/berthfleet/berth/test/binaries"
 )
 
-// Binaries built once for the process tests.
-var berthctlBin, leaseapiBin string
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "berthctl-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	berthctlBin, leaseapiBin = filepath.Join(dir, "berthctl"), filepath.Join(dir, "berth-leaseapi")
-	if out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator), ".", "../berth-leaseapi").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build berthctl and berth-leaseapi: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	binaries.Main(m, "berthctl", "berth-leaseapi")
 }
 
 // Subjects of the test server's token file; ops is an administrator.
@@ -76,7 +62,7 @@ func startServer(t *testing.T) *server {
 	if err := os.WriteFile(tokens, []byte(lines.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(leaseapiBin, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+	cmd := exec.Command(binaries.Path("berth-leaseapi"), "--listen", "127.0.0.1:0", "--metrics-listen", "",
 		"--sqlite-path", filepath.Join(dir, "leases.db"), "--token-file", tokens, "--admin-subjects", "ops")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
@@ -155,7 +141,7 @@ type result struct {
 // berthctl runs the binary with args and an environment of only env.
 func berthctl(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(berthctlBin, args...)
+	cmd := exec.Command(binaries.Path("berthctl"), args...)
 	cmd.Env = []string{"HOME=" + t.TempDir()}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -12,28 +11,13 @@ import (
 
 	"github.com/go-logr/logr/testr"
 
+	"github.com/berthfleet/berth/test/binaries"
 	"github.com/berthfleet/berth/test/history"
 	"github.com/berthfleet/berth/test/localfleet"
 )
 
-// binDir holds berth-leaseapi and berth-agent, built once for the suite.
-var binDir string
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "berth-e2e-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	build := exec.Command("go", "build", "-o", dir+"/", "github.com/berthfleet/berth/cmd/berth-leaseapi", "github.com/berthfleet/berth/cmd/berth-agent")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	binaries.Main(m, "berth-leaseapi", "berth-agent")
 }
 
 // The suites' workload: short timing so that they are quick, with the
@@ -61,7 +45,7 @@ func startFleet(t *testing.T) *run {
 // binaries, folders, workload and log are the suite's.
 func startFleetWith(t *testing.T, opts localfleet.Options) *run {
 	t.Helper()
-	opts.Clusters, opts.BinDir, opts.WorkDir, opts.Workload = 3, binDir, t.TempDir(), workload
+	opts.Clusters, opts.BinDir, opts.WorkDir, opts.Workload = 3, binaries.Dir, t.TempDir(), workload
 	opts.Log = testr.NewWithOptions(t, testr.Options{})
 	f, err := localfleet.Start(t.Context(), opts)
 	if err != nil {
