@@ -227,6 +227,11 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.actOnPods(ctx, bl, p, d, PodsUngate); err != nil {
 		return ctrl.Result{}, err
 	}
+	if !p.facts.Deleting {
+		if err := r.recycle(ctx, p); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	observeLease(r.ClusterIdentity, bl, p.facts, d)
 	r.watch(ctx, bl, mem, waitingForOther(p, mem, d))
 	if d.RemoveFinalizer {

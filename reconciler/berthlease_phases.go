@@ -30,7 +30,10 @@ type observation struct {
 	// running are ungated, unfinished managed Pods; gated are this
 	// BerthLease's Pods waiting behind the gate.
 	running, gated []corev1.Pod
-	managed        int
+	// stale are gated Pods stamped with the UID of an earlier BerthLease of
+	// this name: they can never run, so they are recycled.
+	stale   []corev1.Pod
+	managed int
 }
 
 // validateSpec checks what CEL cannot: that a holder is known, and the
@@ -99,7 +102,7 @@ func (r *BerthLeaseReconciler) listPods(ctx context.Context, bl *berthv1alpha1.B
 	defer cancel()
 	pods := &corev1.PodList{}
 	if err := r.APIReader.List(ctx, pods, ctrlclient.InNamespace(bl.Namespace), ctrlclient.MatchingLabels{ManagedLease: bl.Name}); err != nil {
-		p.running, p.gated, p.managed = nil, nil, 0
+		p.running, p.gated, p.stale, p.managed = nil, nil, nil, 0
 		return fmt.Errorf("list managed Pods: %w", err)
 	}
 	for _, pod := range pods.Items {
@@ -110,8 +113,11 @@ func (r *BerthLeaseReconciler) listPods(ctx context.Context, bl *berthv1alpha1.B
 			// Any ungated Pod that names this lease may be running, whatever
 			// its UID label says: it counts until it is gone.
 			p.running = append(p.running, pod)
-		case pod.Labels[ManagedUID] == string(bl.UID) && pod.DeletionTimestamp.IsZero():
+		case !pod.DeletionTimestamp.IsZero():
+		case pod.Labels[ManagedUID] == string(bl.UID):
 			p.gated = append(p.gated, pod)
+		default:
+			p.stale = append(p.stale, pod)
 		}
 	}
 	return nil
@@ -283,6 +289,26 @@ func (r *BerthLeaseReconciler) stop(ctx context.Context, p *observation) error {
 			return fmt.Errorf("stop Pod %s: %w", pod.Name, err)
 		}
 		log.Info("stopping Pod", "pod", pod.Name, "gracePeriodSeconds", grace)
+	}
+	return nil
+}
+
+// recycle deletes the gated Pods stamped with an earlier BerthLease's UID (it
+// was deleted and made anew, as a GitOps prune and sync does): they never
+// ran and never may, and their controllers make them anew, stamped by
+// admission with the current UID. Each delete is bound to the Pod as it was
+// read, still gated.
+func (r *BerthLeaseReconciler) recycle(ctx context.Context, p *observation) error {
+	log := logr.FromContextOrDiscard(ctx)
+	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+	defer cancel()
+	for i := range p.stale {
+		pod := &p.stale[i]
+		err := r.Delete(ctx, pod, ctrlclient.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("recycle Pod %s: %w", pod.Name, err)
+		}
+		log.Info("recycled a gated Pod of an earlier BerthLease of this name", "pod", pod.Name, "uid", pod.Labels[ManagedUID])
 	}
 	return nil
 }

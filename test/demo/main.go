@@ -65,7 +65,8 @@ func run(ctx context.Context, bin string) error {
 		}
 		say("stopped every process; removed %s", dir)
 	}()
-	say("fleet up; BerthLease %s/%s (TTL %ds, heartbeat %ds) and a Deployment of %d managed Pods applied to every cluster",
+	say("fleet up; each agent serves the admission webhooks of its cluster, which gate every managed Pod")
+	say("BerthLease %s/%s (TTL %ds, heartbeat %ds) and a Deployment of %d managed Pods applied to every cluster",
 		workload.Namespace, workload.Name, workload.TTLSeconds, workload.HeartbeatSeconds, workload.Replicas)
 
 	rec := history.Start(f.Readers(), workload.Namespace, workload.Name, 100*time.Millisecond)

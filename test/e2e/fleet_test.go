@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/berthfleet/berth/test/binaries"
 	"github.com/berthfleet/berth/test/history"
@@ -17,6 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard()) // the fleet logs through each test's logger
 	binaries.Main(m, "berth-leaseapi", "berth-agent")
 }
 

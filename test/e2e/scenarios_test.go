@@ -5,8 +5,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/berthfleet/berth/admission"
 	"github.com/berthfleet/berth/fleet"
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/localfleet"
@@ -32,6 +35,14 @@ func TestAgentsHoldOneLeaseAcrossClusters(t *testing.T) {
 	}
 	r.stable(t, holder, 2*ttl)
 	r.record(t, "steady state over two TTLs", 0)
+	// Each agent ran as deploy/'s service account user, with only
+	// deploy/rbac's rights, and admission stamped the Pods its
+	// cluster's ReplicaSet created.
+	for _, m := range r.Members {
+		if !m.Agent.LogContains(admission.DefaultOperatorUser) {
+			t.Errorf("%s's agent did not log serving admission as %s:\n%s", m.Name, admission.DefaultOperatorUser, m.Agent.LogTail(20))
+		}
+	}
 	clusters, err := r.LeaseAPI.Admin.ListClusters(t.Context())
 	if err != nil || len(clusters) != 3 {
 		t.Fatalf("registered clusters: %+v, %v; want 3", clusters, err)
@@ -158,6 +169,42 @@ func TestFailover(t *testing.T) {
 	waitFor(t, 30*time.Second, holder+" waits for the lease again", func() bool {
 		return m.BerthLease(t.Context()).Status.LeaseState == reconciler.StateWaiting
 	})
+
+	// The BerthLease is deleted and made anew in a waiting cluster, as a
+	// GitOps prune and sync would: its gated Pods, stamped with the old UID,
+	// can never run, so the agent recycles them and admission stamps their
+	// successors with the new UID.
+	var waiting *localfleet.Member
+	for _, c := range r.Members {
+		if c.Name != holder && c.Name != next {
+			waiting = c
+		}
+	}
+	old := waiting.BerthLease(t.Context())
+	if err := waiting.Client.Delete(t.Context(), &old); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the waiting cluster's BerthLease is gone", func() bool {
+		return waiting.BerthLease(t.Context()).Name == ""
+	})
+	if err := waiting.ApplyWorkload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	recycled := waitFor(t, 30*time.Second, waiting.Name+"'s Pods come back stamped with the new BerthLease's UID", func() bool {
+		bl := waiting.BerthLease(t.Context())
+		pods := &corev1.PodList{}
+		if bl.UID == "" || bl.UID == old.UID || waiting.Client.List(t.Context(), pods, ctrlclient.InNamespace(workload.Namespace), ctrlclient.MatchingLabels{reconciler.ManagedLease: workload.Name}) != nil {
+			return false
+		}
+		fresh := 0
+		for _, p := range pods.Items {
+			if p.Labels[reconciler.ManagedUID] == string(bl.UID) && len(p.Spec.SchedulingGates) > 0 {
+				fresh++
+			}
+		}
+		return fresh == int(workload.Replicas) && len(pods.Items) == fresh
+	})
+	t.Logf("BerthLease made anew in %s: its Pods were recycled under the new UID in %s", waiting.Name, recycled.Round(time.Millisecond))
 
 	// The holder cluster is lost: its control plane and its agent die.
 	lost := r.Member(next)

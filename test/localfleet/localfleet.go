@@ -5,10 +5,12 @@
 // managed Deployment applied to every cluster as GitOps would. The end-to-end suites and `make demo` use
 // it; it knows nothing of testing.T.
 //
-// The Deployment's Pod template carries the scheduling gate and the
-// BerthLease's UID label itself, as Berth's admission would stamp them, so
-// that a fleet does not depend on webhook registrations pointing at
-// processes on this machine.
+// Each per-cluster agent runs as the service account user of deploy/, with
+// only deploy/rbac's rights, and serves the admission webhooks registered in
+// its cluster (with the ValidatingAdmissionPolicy), so the Deployment's Pod
+// template names only the BerthLease and admission stamps the gate and UID.
+// A fleet-mode agent serves no webhooks: then the template carries the gate
+// and the UID itself (validate-only installations do the same).
 package localfleet
 
 import (
@@ -91,16 +93,29 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		}
 		f.Members = append(f.Members, m)
 	}
-	if opts.NoAgents {
-		return f, nil
+	if !opts.NoAgents {
+		for _, m := range f.Members {
+			if err := m.StartAgent(m.Name); err != nil {
+				return f, err
+			}
+		}
+		for _, m := range f.Members {
+			if err := m.registerAdmission(ctx); err != nil {
+				return f, err
+			}
+		}
 	}
 	for _, m := range f.Members {
-		if err := m.StartAgent(m.Name); err != nil {
+		if err := m.ApplyWorkload(ctx); err != nil {
 			return f, err
 		}
 	}
 	return f, nil
 }
+
+// admission reports whether the fleet's clusters run Berth's admission: they
+// do when each has its own agent to serve it.
+func (f *Fleet) admission() bool { return !f.opts.NoAgents }
 
 // Member returns the member named name.
 func (f *Fleet) Member(name string) *Member {

@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -82,6 +81,9 @@ type Member struct {
 	Proxy *Proxy
 	dir   string
 	fleet *Fleet
+	// webhookPort is where the member's agent serves admission, the same
+	// across restarts, as its registrations say.
+	webhookPort int
 }
 
 func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*Member, error) {
@@ -101,14 +103,22 @@ func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*
 		return nil, err
 	}
 	m := &Member{Name: c.Name, Cluster: c, Client: cl, Proxy: proxy, dir: dir, fleet: f}
-	return m, m.ApplyWorkload(ctx)
+	if !f.admission() {
+		return m, nil
+	}
+	if m.webhookPort, err = FreePort(); err != nil {
+		return nil, err
+	}
+	if err := writeSelfSignedCert(m.certDir()); err != nil {
+		return nil, err
+	}
+	return m, m.grantAgentAccess(ctx)
 }
 
 // crdDir is deploy/crd of this module, wherever the caller runs from.
-func crdDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "crd")
-}
+func crdDir() string { return filepath.Join(repoDir(), "deploy", "crd") }
+
+func (m *Member) certDir() string { return filepath.Join(m.dir, "webhook-certs") }
 
 // ApplyWorkload creates the namespace, the BerthLease and the Deployment.
 func (m *Member) ApplyWorkload(ctx context.Context) error {
@@ -123,25 +133,32 @@ func (m *Member) ApplyWorkload(ctx context.Context) error {
 	if err := m.Client.Create(ctx, bl); err != nil {
 		return fmt.Errorf("%s: create BerthLease: %w", m.Name, err)
 	}
-	podLabels := map[string]string{"app": w.Name, reconciler.ManagedLease: w.Name, reconciler.ManagedUID: string(bl.UID)}
 	deploy := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(w.Replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": w.Name}},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
-				Spec: corev1.PodSpec{
-					SchedulingGates: []corev1.PodSchedulingGate{{Name: reconciler.SchedulingGate}},
-					Containers:      []corev1.Container{{Name: w.Name, Image: "registry.k8s.io/pause:3.10"}},
-				},
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": w.Name, reconciler.ManagedLease: w.Name}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: w.Name, Image: "registry.k8s.io/pause:3.10"}}},
 			},
 		},
 	}
+	if m.fleet.admission() {
+		// Admission stamps each Pod with the gate and the BerthLease's UID.
+		if err := m.awaitAdmission(ctx); err != nil {
+			return err
+		}
+	} else {
+		// No admission (fleet mode): the template carries what admission
+		// would stamp, and names the BerthLease's UID as it is now.
+		deploy.Spec.Template.Labels[reconciler.ManagedUID] = string(bl.UID)
+		deploy.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: reconciler.SchedulingGate}}
+	}
 	err := m.Client.Create(ctx, deploy)
 	if apierrors.IsAlreadyExists(err) {
-		// A BerthLease made anew has a new UID: the template must name it,
-		// as a GitOps tool re-rendering the manifests would.
+		// Without admission, a BerthLease made anew has a new UID that the
+		// template must name, as a GitOps tool re-rendering it would.
 		err = m.Client.Patch(ctx, deploy, ctrlclient.Merge)
 	}
 	if err != nil {
@@ -166,22 +183,14 @@ func (m *Member) StartAgent(clusterID string) error {
 	if !ok {
 		return fmt.Errorf("no lease API token for %s", clusterID)
 	}
-	certDir := filepath.Join(m.dir, "webhook-certs")
-	if err := writeSelfSignedCert(certDir); err != nil {
-		return err
-	}
-	port, err := FreePort()
-	if err != nil {
-		return err
-	}
 	p, err := StartProcess(filepath.Join(m.fleet.opts.BinDir, "berth-agent"), filepath.Join(m.dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())),
 		"--cluster-id", clusterID,
-		"--kubeconfig", m.Cluster.KubeconfigPath,
+		"--kubeconfig", m.agentKubeconfig(),
 		"--lease-api-url", "http://"+m.Proxy.Addr,
 		"--lease-api-token-file", token,
 		"--managed-workloads",
-		"--webhook-port", fmt.Sprint(port),
-		"--webhook-cert-dir", certDir,
+		"--webhook-port", fmt.Sprint(m.webhookPort),
+		"--webhook-cert-dir", m.certDir(),
 		"--metrics-bind-address", "0",
 		"--health-probe-bind-address", "0",
 		"--cluster-heartbeat-interval", m.fleet.opts.Workload.ClusterHeartbeat.String(),

@@ -1,0 +1,123 @@
+package localfleet
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/berthfleet/berth/admission"
+	"github.com/berthfleet/berth/reconciler"
+)
+
+// A per-cluster agent runs as the service account user the deploy/
+// manifests name, with no more rights than deploy/rbac gives it, and serves
+// the admission webhooks registered in its cluster: the fleet runs Berth as
+// a cluster would, and proves that those manifests are enough.
+var agentGroups = []string{"system:serviceaccounts", "system:serviceaccounts:berth-system"}
+
+// grantAgentAccess creates deploy/rbac's ClusterRole and binds it to the
+// agent's user, and writes the kubeconfig the agent runs with.
+func (m *Member) grantAgentAccess(ctx context.Context) error {
+	data, err := os.ReadFile(filepath.Join(repoDir(), "deploy", "rbac", "role.yaml"))
+	if err != nil {
+		return err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(data, role); err != nil {
+		return fmt.Errorf("read deploy/rbac/role.yaml: %w", err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: admission.DefaultOperatorUser}},
+	}
+	for _, obj := range []ctrlclient.Object{role, binding} {
+		if err := m.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: create %s %s: %w", m.Name, obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
+		}
+	}
+	return m.Cluster.WriteKubeconfigAs(m.agentKubeconfig(), admission.DefaultOperatorUser, agentGroups...)
+}
+
+func (m *Member) agentKubeconfig() string { return filepath.Join(m.dir, "berth-agent.kubeconfig") }
+
+// registerAdmission registers the agent's webhooks (mutating and
+// validating, failing closed) and the ValidatingAdmissionPolicy, once the
+// agent serves them.
+func (m *Member) registerAdmission(ctx context.Context) error {
+	addr := fmt.Sprintf("127.0.0.1:%d", m.webhookPort)
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		conn, err := (&tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}}).DialContext(ctx, "tcp", addr) //nolint:gosec // only whether it serves
+		if err != nil {
+			return false, nil
+		}
+		_ = conn.Close()
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: the agent's webhook server at %s: %w", m.Name, addr, err)
+	}
+	ca, err := os.ReadFile(filepath.Join(m.certDir(), "tls.crt"))
+	if err != nil {
+		return err
+	}
+	objs, err := admission.Manifests(admission.ManifestOptions{URL: "https://" + addr, CABundle: ca, Mutate: true, TimeoutSeconds: 5})
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		if err := m.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: register admission %s: %w", m.Name, obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// awaitAdmission waits until the API server sends managed Pods through the
+// agent's webhook: a dry-run managed Pod comes back gated. Until then a
+// managed Pod could be created ungated, so the Deployment must wait.
+func (m *Member) awaitAdmission(ctx context.Context) error {
+	w := m.fleet.opts.Workload
+	probe := func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: "admission-probe", Labels: map[string]string{reconciler.ManagedLease: w.Name}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "registry.k8s.io/pause:3.10"}}},
+		}
+	}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		p := probe()
+		if last = m.Client.Create(ctx, p, ctrlclient.DryRunAll); last != nil {
+			return false, nil
+		}
+		if !slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == reconciler.SchedulingGate }) {
+			last = errors.New("a managed Pod is admitted without the scheduling gate")
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: admission is not in effect: %w (last: %v)", m.Name, err, last)
+	}
+	return nil
+}
+
+// repoDir is this module's root, wherever the caller runs from.
+func repoDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
