@@ -215,7 +215,7 @@ func (f *fleetMembers) Engage(ctx context.Context, name multicluster.ClusterName
 			delete(f.members, name)
 		}
 		f.mu.Unlock()
-		log.Info("cluster left this agent: its reconciler stopped", "handedOver", m.leaving.Load())
+		log.Info("cluster left this agent: its reconciler stopped", "fileRemoved", m.leaving.Load())
 	}()
 	log.Info("cluster joined this agent", "tokenFile", tokenFile, "fingerprint", registrar.Fingerprint)
 	return nil
