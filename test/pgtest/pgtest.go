@@ -63,34 +63,52 @@ func Start(t testing.TB) *Server {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "shared_buffers=32MB")
 	log, err := os.Create(filepath.Join(dir, "postgres.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { log.Close() })
+	// The port is free when picked but could be taken before postgres binds
+	// it: a server that exits while starting is started again on another.
+	for attempt := 1; ; attempt++ {
+		s, exited, err := launch(t, bin, dir, data, cred, log)
+		if err == nil {
+			return s
+		}
+		if !exited || attempt == 3 {
+			b, _ := os.ReadFile(log.Name())
+			t.Fatalf("postgres did not start: %v\n%s", err, b)
+		}
+		t.Logf("postgres exited while starting (%v); starting it again on another port", err)
+	}
+}
+
+// launch starts postgres on a free port and waits until it answers. exited
+// says whether it failed because the server exited.
+func launch(t testing.TB, bin, dir, data string, cred *syscall.Credential, log *os.File) (s *Server, exited bool, err error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, false, err
+	}
+	srv := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "shared_buffers=32MB")
 	srv.Stdout, srv.Stderr = log, log
 	srv.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := srv.Start(); err != nil {
-		t.Fatalf("start postgres: %v", err)
+		return nil, false, fmt.Errorf("start postgres: %w", err)
 	}
+	done := make(chan struct{})
+	go func() { _ = srv.Wait(); close(done) }()
 	t.Cleanup(func() {
 		_ = srv.Process.Signal(syscall.SIGINT) // fast shutdown
-		done := make(chan struct{})
-		go func() { _ = srv.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
 			_ = syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
 			<-done
 		}
-		log.Close()
 	})
-	s := &Server{port: port}
+	s = &Server{port: port}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -98,11 +116,15 @@ func Start(t testing.TB) *Server {
 		cancel()
 		if err == nil {
 			_ = conn.Close(context.Background())
-			return s
+			return s, false, nil
+		}
+		select {
+		case <-done:
+			return nil, true, fmt.Errorf("postgres exited: %s", srv.ProcessState)
+		default:
 		}
 		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(log.Name())
-			t.Fatalf("postgres did not start: %v\n%s", err, b)
+			return nil, false, err
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
