@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -98,6 +99,11 @@ type BerthLeaseReconciler struct {
 	wake chan event.GenericEvent
 	// stopped: Stop was called; no long poll starts any more.
 	stopped bool
+	// inflight counts the reconciles running now, and holding the
+	// BerthLeases whose last reconcile ended keeping a term or a token to
+	// recover or release: HandedOver reads both while reconciles run.
+	inflight atomic.Int32
+	holding  map[types.UID]bool
 }
 
 // memory is what the reconciler keeps of one BerthLease between reconciles;
@@ -182,6 +188,8 @@ func (r *BerthLeaseReconciler) defaults() {
 // client supplied by main bypasses the informer cache for security-sensitive
 // reads.
 func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.inflight.Add(1)
+	defer r.inflight.Add(-1)
 	r.defaults()
 	log := r.Log.WithValues("berthLease", req.NamespacedName)
 	ctx = logr.NewContext(ctx, log)
@@ -206,6 +214,7 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 
 	mem := r.memoryOf(bl)
+	defer r.noteHolding(bl.UID, mem)
 	p := r.observe(ctx, bl, mem)
 	d := Decide(p.facts)
 	if d.Call != CallNone {
@@ -306,6 +315,7 @@ func (r *BerthLeaseReconciler) forgetName(name types.NamespacedName) {
 		if m.name == name {
 			m.stopWatching()
 			delete(r.memory, uid)
+			delete(r.holding, uid)
 		}
 	}
 }
@@ -316,7 +326,25 @@ func (r *BerthLeaseReconciler) forget(uid types.UID) {
 		m.stopWatching()
 	}
 	delete(r.memory, uid)
+	delete(r.holding, uid)
 	r.mu.Unlock()
+}
+
+// noteHolding records, at the end of a reconcile, whether the BerthLease
+// keeps a term or a token to recover or release. A BerthLease forgotten
+// meanwhile stays forgotten.
+func (r *BerthLeaseReconciler) noteHolding(uid types.UID, mem *memory) {
+	holds := mem.term != nil || mem.recoverToken > 0 || mem.releaseToken > 0
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, known := r.memory[uid]; !known || !holds {
+		delete(r.holding, uid)
+		return
+	}
+	if r.holding == nil {
+		r.holding = map[types.UID]bool{}
+	}
+	r.holding[uid] = true
 }
 
 // holder is the identity this agent acts as for bl.

@@ -305,7 +305,10 @@ func (r *BerthLeaseReconciler) recycle(ctx context.Context, p *observation) erro
 	for i := range p.stale {
 		pod := &p.stale[i]
 		err := r.Delete(ctx, pod, ctrlclient.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		switch {
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			continue // changed or gone since read; the watch brings us back
+		case err != nil:
 			return fmt.Errorf("recycle Pod %s: %w", pod.Name, err)
 		}
 		log.Info("recycled a gated Pod of an earlier BerthLease of this name", "pod", pod.Name, "uid", pod.Labels[ManagedUID])

@@ -120,19 +120,22 @@ func (r *BerthLeaseReconciler) Wakes() <-chan event.GenericEvent {
 	return r.wake
 }
 
-// HandedOver reports whether this cluster holds no lease any more: it keeps
-// no term, and no token to recover or release, and no BerthLease's status
-// (read from the API server) says held. Fleet mode waits for it before it
-// lets a leaving cluster go.
+// HandedOver reports whether this cluster holds no lease any more: no
+// reconcile is running, none ended keeping a term or a token to recover or
+// release, and no BerthLease's status (read from the API server) says held.
+// Fleet mode waits for it before it lets a leaving cluster go. Call it only
+// once Membership asks for a handover: a reconcile that starts after that
+// acquires nothing, so once none runs, what is held can only shrink.
 func (r *BerthLeaseReconciler) HandedOver(ctx context.Context) (bool, error) {
-	r.mu.Lock()
-	for _, m := range r.memory {
-		if m.term != nil || m.recoverToken > 0 || m.releaseToken > 0 {
-			r.mu.Unlock()
-			return false, nil
-		}
+	if r.inflight.Load() > 0 {
+		return false, nil
 	}
+	r.mu.Lock()
+	holding := len(r.holding)
 	r.mu.Unlock()
+	if holding > 0 {
+		return false, nil
+	}
 	reader := r.APIReader
 	if reader == nil {
 		reader = r.Client
@@ -160,6 +163,7 @@ func (r *BerthLeaseReconciler) Stop() {
 		m.stopWatching()
 		delete(r.memory, uid)
 	}
+	clear(r.holding)
 }
 
 func (r *BerthLeaseReconciler) isStopped() bool {

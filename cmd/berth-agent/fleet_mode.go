@@ -148,10 +148,10 @@ func (m *member) membership() (reason, message string) {
 	return m.registrar.Membership()
 }
 
-// leaveTimeout bounds a leaving cluster's handover: long enough to stop Pods
-// within any sane stop budget and release, short enough that an unreachable
-// cluster does not hold up the fleet folder for long.
-const leaveTimeout = 2 * time.Minute
+// minLeaveTimeout is the least a leaving cluster's handover may take; Leave
+// waits up to two TTLs of the cluster's longest BerthLease when that is
+// longer, enough for its stop budget (a third of the TTL) and the release.
+const minLeaveTimeout = 2 * time.Minute
 
 var (
 	_ mcmanager.Runnable                             = (*fleetMembers)(nil)
@@ -168,9 +168,10 @@ func (f *fleetMembers) Start(ctx context.Context) error {
 // registers it at the lease API with the cluster's own token (before
 // anything is reconciled, as single-cluster mode does), and builds the
 // cluster's reconciler. When ctx ends the member stops: no more reconciles,
-// heartbeats or long polls. A cluster whose file was removed has handed its
-// leases over by then (Leave); one whose agent shuts down keeps them, as a
-// restarting single-cluster agent does.
+// heartbeats or long polls. A cluster whose file was removed has normally
+// handed its leases over by then (Leave; unless it could not in time); one
+// whose agent shuts down keeps them, as a restarting single-cluster agent
+// does.
 func (f *fleetMembers) Engage(ctx context.Context, name multicluster.ClusterName, cl cluster.Cluster) error {
 	id := string(name)
 	log := f.log.WithValues("cluster", id)
@@ -224,10 +225,11 @@ func (f *fleetMembers) Engage(ctx context.Context, name multicluster.ClusterName
 // Leave hands over every lease of a cluster whose kubeconfig was removed,
 // before the cluster is disengaged: the member is marked leaving, which its
 // reconciler treats as a cordon (stop the Pods, wait until they are gone,
-// release), and Leave waits until nothing is held, for at most leaveTimeout.
-// A cluster that cannot hand over in time (unreachable) is let go anyway;
-// its leases then expire after their TTL. Leave returns at once when the
-// agent shuts down.
+// release), and Leave waits until nothing is held, for at most two TTLs of
+// the cluster's longest BerthLease (minLeaveTimeout at least). A cluster
+// that cannot hand over in time (unreachable) is let go anyway: its leases
+// expire after their TTL while Pods of it may still run. Leave returns at
+// once when the agent shuts down.
 func (f *fleetMembers) Leave(ctx context.Context, name multicluster.ClusterName) {
 	f.mu.Lock()
 	m := f.members[name]
@@ -238,7 +240,14 @@ func (f *fleetMembers) Leave(ctx context.Context, name multicluster.ClusterName)
 	log := f.log.WithValues("cluster", string(name))
 	log.Info("cluster is leaving this agent: handing its leases over")
 	m.leaving.Store(true)
-	ctx, cancel := context.WithTimeout(ctx, leaveTimeout)
+	timeout := minLeaveTimeout
+	list := &berthv1alpha1.BerthLeaseList{}
+	if err := m.r.APIReader.List(ctx, list); err == nil {
+		for _, bl := range list.Items {
+			timeout = max(timeout, 2*time.Duration(bl.Spec.TTLSeconds)*time.Second)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	m.r.WakeAll(ctx)
@@ -250,7 +259,8 @@ func (f *fleetMembers) Leave(ctx context.Context, name multicluster.ClusterName)
 		return done, nil
 	})
 	if err != nil {
-		log.Error(err, "cluster leaves without having handed its leases over: they expire after their TTL", "waited", time.Since(start).Round(time.Millisecond))
+		log.Error(err, "cluster leaves without having handed its leases over: they expire after their TTL, and its managed Pods may still run until someone stops them",
+			"waited", time.Since(start).Round(time.Millisecond))
 		return
 	}
 	log.Info("cluster handed its leases over", "took", time.Since(start).Round(time.Millisecond))

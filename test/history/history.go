@@ -4,10 +4,12 @@
 // across holders.
 //
 // A Recorder looks at every cluster's managed Pods at a fixed interval, all
-// clusters in one sweep (see sweep for how reads one after another are kept
-// from showing an overlap that never was). A Pod counts as possibly running from the moment it
+// clusters in one sweep. A Pod counts as possibly running from the moment it
 // is ungated until it is gone (terminating Pods count), which is stricter
-// than what its containers do.
+// than what its containers do. Two clusters count as running together only
+// when the reads prove it (see sweep): a Pod that vanished between two reads
+// of its cluster may have gone before the other cluster was read, so the
+// recorder resolves time to about one sweep's length.
 package history
 
 import (

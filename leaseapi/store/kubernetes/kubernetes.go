@@ -185,6 +185,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// feedSyncTimeout bounds FollowLeases' first list, so that a server without
+// the rights to list and watch Leases says so instead of waiting forever.
+const feedSyncTimeout = time.Minute
+
 // FollowLeases implements store.LeaseFeed with an informer on the store's
 // Lease objects: a created Lease, or one whose holder or token changed, is
 // reported, whichever replica wrote it. The informer lists again and
@@ -216,8 +220,13 @@ func (s *Store) FollowLeases(ctx context.Context, changed func(store.LeaseChange
 		return fmt.Errorf("follow lease changes: %w", err)
 	}
 	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		return nil // ctx ended
+	sctx, cancel := context.WithTimeout(ctx, feedSyncTimeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(sctx.Done(), informer.HasSynced) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("the Lease informer did not sync within %s: may the server list and watch leases in %s?", feedSyncTimeout, s.namespace)
 	}
 	changed(store.LeaseChange{All: true})
 	<-ctx.Done()
