@@ -67,11 +67,49 @@ func TestVerifyOnly(t *testing.T) {
 	}
 	defer func() { _ = conn.Close(t.Context()) }()
 	for version, want := range map[int]string{1: "older than this binary needs", 99: "newer than this binary knows"} {
-		if _, err := conn.Exec(t.Context(), `UPDATE berth_schema SET version = $1`, version); err != nil {
+		if _, err := conn.Exec(t.Context(), `UPDATE berth_schema SET version = $1, min_reader = $1`, version); err != nil {
 			t.Fatal(err)
 		}
 		if err := verifyOnly(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("verify-only on schema version %d: %v, want %q", version, err, want)
 		}
+	}
+}
+
+// TestNewerAdditiveSchema: a schema that a newer release extended with
+// additions only still serves this binary (a rolling upgrade, a rollback);
+// one that needs a newer reader is refused, migrating or not.
+func TestNewerAdditiveSchema(t *testing.T) {
+	dsn := pgtest.Start(t).NewDatabase(t)
+	s, err := postgres.Open(t.Context(), dsn, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(t.Context()) }()
+	for _, tc := range []struct {
+		version, minReader int
+		ok                 bool
+	}{{5, 2, true}, {5, 1, true}, {5, 3, false}} {
+		if _, err := conn.Exec(t.Context(), `UPDATE berth_schema SET version = $1, min_reader = $2`, tc.version, tc.minReader); err != nil {
+			t.Fatal(err)
+		}
+		for _, verifyOnly := range []bool{false, true} {
+			s, err := postgres.Open(t.Context(), dsn, postgres.Options{VerifyOnly: verifyOnly})
+			if err == nil {
+				_ = s.Close()
+			}
+			if (err == nil) != tc.ok {
+				t.Errorf("schema version %d readable from %d, verify-only %v: %v; want usable %v", tc.version, tc.minReader, verifyOnly, err, tc.ok)
+			}
+		}
+	}
+	var version int
+	if err := conn.QueryRow(t.Context(), `SELECT version FROM berth_schema`).Scan(&version); err != nil || version != 5 {
+		t.Errorf("schema version after opening a newer schema: %d, %v; want it left at 5", version, err)
 	}
 }

@@ -4,12 +4,24 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// migrations bring the schema from version i to i+1. Append, never edit.
-var migrations = []string{
-	`CREATE TABLE leases (
+// migration is one step of the schema, from version i to i+1.
+type migration struct {
+	sql string
+	// additive: binaries that know only the earlier versions still work on
+	// the schema it makes (it adds what they do not use and changes
+	// nothing they do), so replicas of the previous release keep starting
+	// during a rolling upgrade and after a rollback.
+	additive bool
+}
+
+// migrations bring the schema from version 0 to len(migrations). Append,
+// never edit.
+var migrations = []migration{
+	{sql: `CREATE TABLE leases (
 		namespace     text        NOT NULL,
 		name          text        NOT NULL,
 		holder        text        NOT NULL,
@@ -30,11 +42,11 @@ var migrations = []string{
 		registered_at timestamptz,
 		last_seen     timestamptz,
 		version       bigint      NOT NULL
-	);`,
+	);`},
 	// Version 2: a notification on the channel leaseChannel, with payload
 	// "namespace/name", when a lease is created or its holder or token
 	// changes (renewals stay quiet), for FollowLeases.
-	`CREATE FUNCTION berth_lease_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+	{additive: true, sql: `CREATE FUNCTION berth_lease_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 	BEGIN
 		PERFORM pg_notify('berth_lease_changes', NEW.namespace || '/' || NEW.name);
 		RETURN NULL;
@@ -43,7 +55,15 @@ var migrations = []string{
 		FOR EACH ROW EXECUTE FUNCTION berth_lease_changed();
 	CREATE TRIGGER berth_lease_holder_changed AFTER UPDATE ON leases
 		FOR EACH ROW WHEN (OLD.holder IS DISTINCT FROM NEW.holder OR OLD.fencing_token IS DISTINCT FROM NEW.fencing_token)
-		EXECUTE FUNCTION berth_lease_changed();`,
+		EXECUTE FUNCTION berth_lease_changed();`},
+}
+
+// minReader is the oldest schema version a binary may know and still work
+// on a schema of version v: the last version that was not additive.
+func minReader(v int) int {
+	for ; v > 1 && migrations[v-1].additive; v-- {
+	}
+	return v
 }
 
 // leaseChannel is the notification channel of lease changes (migration 2).
@@ -51,6 +71,36 @@ const leaseChannel = "berth_lease_changes"
 
 // migrationLock serialises migrations of replicas starting together.
 const migrationLock = 0x6265727468 // "berth"
+
+// schemaTable records the schema's version and the oldest version a binary
+// may know to work on it (min_reader, added after version 1 shipped: empty
+// means the version itself).
+const schemaTable = `CREATE TABLE IF NOT EXISTS berth_schema (version integer NOT NULL);
+	ALTER TABLE berth_schema ADD COLUMN IF NOT EXISTS min_reader integer`
+
+// schemaVersion reads the schema's version and oldest reader (0, 0 before
+// the first migration).
+func schemaVersion(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (version, reader int, err error) {
+	err = q.QueryRow(ctx, `SELECT coalesce(max(version), 0), coalesce(max(coalesce(min_reader, version)), 0) FROM berth_schema`).Scan(&version, &reader)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return version, reader, nil
+}
+
+// usable says whether this binary can work on a schema of version (with its
+// oldest reader), and what to do if not.
+func usable(version, reader int) error {
+	switch {
+	case version < len(migrations):
+		return fmt.Errorf("schema version %d is older than this binary needs (%d): start berth-leaseapi once with --postgres-migrate", version, len(migrations))
+	case reader > len(migrations):
+		return fmt.Errorf("schema version %d is newer than this binary knows (%d) and needs at least version %d: upgrade berth-leaseapi", version, len(migrations), reader)
+	}
+	return nil
+}
 
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	tx, err := pool.Begin(ctx)
@@ -61,28 +111,28 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
 		return fmt.Errorf("lock for migration: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS berth_schema (version integer NOT NULL)`); err != nil {
+	if _, err := tx.Exec(ctx, schemaTable); err != nil {
 		return fmt.Errorf("create schema version table: %w", err)
 	}
-	var current int
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM berth_schema`).Scan(&current); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+	current, reader, err := schemaVersion(ctx, tx)
+	if err != nil {
+		return err
 	}
-	if current > len(migrations) {
-		return fmt.Errorf("schema version %d is newer than this binary knows (%d): upgrade berth-leaseapi", current, len(migrations))
+	if current >= len(migrations) {
+		// Up to date, or newer: a newer schema made only of additions
+		// serves this binary as it is.
+		return usable(current, reader)
 	}
 	for v := current; v < len(migrations); v++ {
-		if _, err := tx.Exec(ctx, migrations[v]); err != nil {
+		if _, err := tx.Exec(ctx, migrations[v].sql); err != nil {
 			return fmt.Errorf("migrate schema to version %d: %w", v+1, err)
 		}
 	}
-	if current < len(migrations) {
-		if _, err := tx.Exec(ctx, `DELETE FROM berth_schema`); err != nil {
-			return fmt.Errorf("record schema version: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO berth_schema VALUES ($1)`, len(migrations)); err != nil {
-			return fmt.Errorf("record schema version: %w", err)
-		}
+	if _, err := tx.Exec(ctx, `DELETE FROM berth_schema`); err != nil {
+		return fmt.Errorf("record schema version: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO berth_schema (version, min_reader) VALUES ($1, $2)`, len(migrations), minReader(len(migrations))); err != nil {
+		return fmt.Errorf("record schema version: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit migration: %w", err)
@@ -90,7 +140,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// verify checks that the schema is the version this binary needs.
+// verify checks, changing nothing, that this binary can work on the schema.
 func verify(ctx context.Context, pool *pgxpool.Pool) error {
 	var exists bool
 	if err := pool.QueryRow(ctx, `SELECT to_regclass('berth_schema') IS NOT NULL`).Scan(&exists); err != nil {
@@ -99,15 +149,21 @@ func verify(ctx context.Context, pool *pgxpool.Pool) error {
 	if !exists {
 		return fmt.Errorf("the database holds no Berth schema (version %d needed): start berth-leaseapi once with --postgres-migrate", len(migrations))
 	}
-	var current int
-	if err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM berth_schema`).Scan(&current); err != nil {
+	var hasReader bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'berth_schema' AND column_name = 'min_reader')`).Scan(&hasReader); err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
-	switch {
-	case current < len(migrations):
-		return fmt.Errorf("schema version %d is older than this binary needs (%d): start berth-leaseapi once with --postgres-migrate", current, len(migrations))
-	case current > len(migrations):
-		return fmt.Errorf("schema version %d is newer than this binary knows (%d): upgrade berth-leaseapi", current, len(migrations))
+	if !hasReader {
+		// Written before min_reader existed: an older schema.
+		var version int
+		if err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM berth_schema`).Scan(&version); err != nil {
+			return fmt.Errorf("read schema version: %w", err)
+		}
+		return usable(version, version)
 	}
-	return nil
+	current, reader, err := schemaVersion(ctx, pool)
+	if err != nil {
+		return err
+	}
+	return usable(current, reader)
 }
