@@ -23,10 +23,11 @@ import (
 	"github.com/berthfleet/berth/reconciler"
 )
 
-// A per-cluster agent runs as the service account user the deploy/
-// manifests name, with no more rights than deploy/rbac gives it, and serves
-// the admission webhooks registered in its cluster: the fleet runs Berth as
-// a cluster would, and proves that those manifests are enough.
+// Every agent (per cluster, or fleet mode's for each cluster) acts as the
+// service account user the deploy/ manifests name, with no more rights than
+// deploy/rbac gives it, and a per-cluster agent serves the admission webhooks
+// registered in its cluster: the fleet runs Berth as a cluster would, and
+// proves that those manifests are enough.
 var agentGroups = []string{"system:serviceaccounts", "system:serviceaccounts:berth-system"}
 
 // grantAgentAccess creates deploy/rbac's ClusterRole and binds it to the

@@ -62,7 +62,7 @@ func (a *FleetAgent) Join(name string) error {
 	if err := os.WriteFile(filepath.Join(a.Dir, name+".token"), token, 0o600); err != nil {
 		return err
 	}
-	kubeconfig, err := os.ReadFile(m.Cluster.KubeconfigPath)
+	kubeconfig, err := os.ReadFile(m.agentKubeconfig()) // the service account user's, as per-cluster agents use
 	if err != nil {
 		return err
 	}

@@ -103,16 +103,16 @@ func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*
 		return nil, err
 	}
 	m := &Member{Name: c.Name, Cluster: c, Client: cl, Proxy: proxy, dir: dir, fleet: f}
+	if err := m.grantAgentAccess(ctx); err != nil {
+		return nil, err
+	}
 	if !f.admission() {
 		return m, nil
 	}
 	if m.webhookPort, err = FreePort(); err != nil {
 		return nil, err
 	}
-	if err := writeSelfSignedCert(m.certDir()); err != nil {
-		return nil, err
-	}
-	return m, m.grantAgentAccess(ctx)
+	return m, writeSelfSignedCert(m.certDir())
 }
 
 // crdDir is deploy/crd of this module, wherever the caller runs from.
