@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -48,7 +49,8 @@ type KubeconfigDir struct {
 	// BeforeLeave, when set, is called when a cluster's file is gone and
 	// before the cluster is disengaged, while its client, cache and
 	// controllers still run: fleet mode hands the cluster's leases over in
-	// it. It must return by itself (bound it); the folder is not looked at
+	// it. Clusters that leave at one look are handed over concurrently. It
+	// must return by itself (bound it); the folder is not looked at
 	// meanwhile. A file that merely changed replaces its cluster without it.
 	BeforeLeave func(ctx context.Context, name multicluster.ClusterName)
 
@@ -91,22 +93,29 @@ func (p *KubeconfigDir) sync(ctx context.Context, aware multicluster.Aware) erro
 	if err != nil {
 		return err
 	}
+	// Gone from the folder, or stopped on its own: a cluster that stopped is
+	// engaged anew at this look if its file is still there. Clusters whose
+	// file is gone leave together: their BeforeLeave calls run at once.
+	var gone []multicluster.ClusterName
+	var leaving sync.WaitGroup
 	for name := range p.engaged {
 		_, present := files[name]
 		running := slices.Contains(p.ClusterNames(), name)
-		if !present || !running {
-			// Gone from the folder, or it stopped on its own: a cluster
-			// that stopped is engaged anew at this look if its file is
-			// still there.
-			if !present {
-				p.Log.Info("cluster left the fleet folder", "cluster", name)
-			}
-			if !present && running && p.BeforeLeave != nil {
-				p.BeforeLeave(ctx, name)
-			}
-			p.Remove(name)
-			delete(p.engaged, name)
+		if present && running {
+			continue
 		}
+		if !present {
+			p.Log.Info("cluster left the fleet folder", "cluster", name)
+		}
+		if !present && running && p.BeforeLeave != nil {
+			leaving.Go(func() { p.BeforeLeave(ctx, name) })
+		}
+		gone = append(gone, name)
+	}
+	leaving.Wait()
+	for _, name := range gone {
+		p.Remove(name)
+		delete(p.engaged, name)
 	}
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		path := files[name]
