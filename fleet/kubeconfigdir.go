@@ -98,9 +98,10 @@ func (p *KubeconfigDir) sync(ctx context.Context, aware multicluster.Aware) erro
 	// file is gone leave together: their BeforeLeave calls run at once.
 	var gone []multicluster.ClusterName
 	var leaving sync.WaitGroup
+	names := p.ClusterNames()
 	for name := range p.engaged {
 		_, present := files[name]
-		running := slices.Contains(p.ClusterNames(), name)
+		running := slices.Contains(names, name)
 		if present && running {
 			continue
 		}

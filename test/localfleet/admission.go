@@ -2,7 +2,6 @@ package localfleet
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -57,21 +56,11 @@ func (m *Member) grantAgentAccess(ctx context.Context) error {
 func (m *Member) agentKubeconfig() string { return filepath.Join(m.dir, "berth-agent.kubeconfig") }
 
 // registerAdmission registers the agent's webhooks (mutating and
-// validating, failing closed) and the ValidatingAdmissionPolicy, once the
-// agent serves them.
+// validating, failing closed) and the ValidatingAdmissionPolicy. Until the
+// agent serves them, creating a managed Pod fails; awaitAdmission waits for
+// that before the workload is applied.
 func (m *Member) registerAdmission(ctx context.Context) error {
 	addr := fmt.Sprintf("127.0.0.1:%d", m.webhookPort)
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		conn, err := (&tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}}).DialContext(ctx, "tcp", addr) //nolint:gosec // only whether it serves
-		if err != nil {
-			return false, nil
-		}
-		_ = conn.Close()
-		return true, nil
-	})
-	if err != nil {
-		return fmt.Errorf("%s: the agent's webhook server at %s: %w", m.Name, addr, err)
-	}
 	ca, err := os.ReadFile(filepath.Join(m.certDir(), "tls.crt"))
 	if err != nil {
 		return err

@@ -79,11 +79,14 @@ const schemaTable = `CREATE TABLE IF NOT EXISTS berth_schema (version integer NO
 	ALTER TABLE berth_schema ADD COLUMN IF NOT EXISTS min_reader integer`
 
 // schemaVersion reads the schema's version and oldest reader (0, 0 before
-// the first migration).
+// the first migration). It reads min_reader through the row's JSON so that
+// the same query works on a table from before that column (then the
+// version itself is the oldest reader).
 func schemaVersion(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }) (version, reader int, err error) {
-	err = q.QueryRow(ctx, `SELECT coalesce(max(version), 0), coalesce(max(coalesce(min_reader, version)), 0) FROM berth_schema`).Scan(&version, &reader)
+	err = q.QueryRow(ctx, `SELECT coalesce(max(version), 0),
+		coalesce(max(coalesce((to_jsonb(s)->>'min_reader')::integer, version)), 0) FROM berth_schema s`).Scan(&version, &reader)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read schema version: %w", err)
 	}
@@ -148,18 +151,6 @@ func verify(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	if !exists {
 		return fmt.Errorf("the database holds no Berth schema (version %d needed): start berth-leaseapi once with --postgres-migrate", len(migrations))
-	}
-	var hasReader bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'berth_schema' AND column_name = 'min_reader')`).Scan(&hasReader); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
-	}
-	if !hasReader {
-		// Written before min_reader existed: an older schema.
-		var version int
-		if err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM berth_schema`).Scan(&version); err != nil {
-			return fmt.Errorf("read schema version: %w", err)
-		}
-		return usable(version, version)
 	}
 	current, reader, err := schemaVersion(ctx, pool)
 	if err != nil {
