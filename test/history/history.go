@@ -23,6 +23,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berthfleet/berth/reconciler"
@@ -57,7 +59,10 @@ type Recorder struct {
 	clusters  map[string]ctrlclient.Reader
 	namespace string
 	lease     string
-	interval  time.Duration
+	// others are more BerthLeases whose Pods count with lease's (they
+	// share its lease name, say).
+	others   []string
+	interval time.Duration
 
 	mu     sync.Mutex
 	sweeps []Sweep
@@ -68,8 +73,16 @@ type Recorder struct {
 // Start records the managed Pods of lease (a BerthLease name) in namespace of
 // every cluster, every interval.
 func Start(clusters map[string]ctrlclient.Reader, namespace, lease string, interval time.Duration) *Recorder {
+	return StartLeases(clusters, namespace, []string{lease}, interval)
+}
+
+// StartLeases is Start for the managed Pods of several BerthLeases (leases
+// holds at least one name) that count as one workload: two BerthLeases with
+// the same spec.leaseName, say, share one lease, so a cluster running either
+// one's Pods runs the lease's workload.
+func StartLeases(clusters map[string]ctrlclient.Reader, namespace string, leases []string, interval time.Duration) *Recorder {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Recorder{clusters: clusters, namespace: namespace, lease: lease, interval: interval, stop: cancel, done: make(chan struct{})}
+	r := &Recorder{clusters: clusters, namespace: namespace, lease: leases[0], others: leases[1:], interval: interval, stop: cancel, done: make(chan struct{})}
 	go r.run(ctx)
 	return r
 }
@@ -156,7 +169,15 @@ func (r *Recorder) ungated(ctx context.Context, c ctrlclient.Reader) ([]corev1.P
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, ctrlclient.InNamespace(r.namespace), ctrlclient.MatchingLabels{reconciler.ManagedLease: r.lease}); err != nil {
+	var sel ctrlclient.ListOption = ctrlclient.MatchingLabels{reconciler.ManagedLease: r.lease}
+	if len(r.others) > 0 {
+		req, err := labels.NewRequirement(reconciler.ManagedLease, selection.In, append([]string{r.lease}, r.others...))
+		if err != nil {
+			return nil, err
+		}
+		sel = ctrlclient.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*req)}
+	}
+	if err := c.List(ctx, pods, ctrlclient.InNamespace(r.namespace), sel); err != nil {
 		return nil, err
 	}
 	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {

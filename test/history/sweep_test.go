@@ -71,3 +71,35 @@ func TestSweepConfirmsOverlapsAcrossReads(t *testing.T) {
 		})
 	}
 }
+
+// A second BerthLease sharing the first's lease name runs the same
+// workload: its Pods count with the first's, and only when asked for.
+func TestSweepCountsPodsOfBerthLeasesSharingALease(t *testing.T) {
+	renamed := ungatedPod("b2")
+	renamed.Labels[reconciler.ManagedLease] = "exporter-v2"
+	clusters := map[string]ctrlclient.Reader{
+		"a": fake.NewClientBuilder().WithObjects(ungatedPod("a1")).Build(),
+		"b": fake.NewClientBuilder().WithObjects(renamed).Build(),
+	}
+	cases := map[string]struct {
+		others []string
+		want   map[string]int
+	}{
+		"only the first BerthLease": {want: map[string]int{"a": 1, "b": 0}},
+		"both":                      {others: []string{"exporter-v2"}, want: map[string]int{"a": 1, "b": 1}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := &Recorder{namespace: "payments", lease: "exporter", others: tc.others, clusters: clusters}
+			s, ok := r.sweep(t.Context())
+			if !ok {
+				t.Fatal("sweep failed")
+			}
+			for c, n := range tc.want {
+				if s.Ungated[c] != n {
+					t.Errorf("cluster %s: %d ungated, want %d (sweep %+v)", c, s.Ungated[c], n, s)
+				}
+			}
+		})
+	}
+}

@@ -49,6 +49,15 @@ func (p *Process) Kill() {
 	<-p.done
 }
 
+// Signal sends sig to the process's group, unless it has ended: SIGSTOP
+// freezes it (as a long GC pause or a stalled node would) and SIGCONT thaws it.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if p == nil || p.Exited() {
+		return nil
+	}
+	return syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
 // Exited reports whether the process has ended.
 func (p *Process) Exited() bool {
 	select {
