@@ -23,6 +23,10 @@ const (
 	OutcomeLost Outcome = "lost"
 	// OutcomeReleased: the holder gave the lease up (or it was already free).
 	OutcomeReleased Outcome = "released"
+	// OutcomeRevoked: an administrator revoked the holder's live term (or it
+	// was already revoked); the term ends when its holder releases it or at
+	// its expiry.
+	OutcomeRevoked Outcome = "revoked"
 	// OutcomeConflict: the request contradicts the lease's state (release by
 	// a non-holder, tokens exhausted, cordoned cluster).
 	OutcomeConflict Outcome = "conflict"
@@ -56,11 +60,12 @@ func (d Decision) Held() bool {
 
 // DecideAcquire decides an acquire by holder at now. cur has Version zero when
 // the key was never seen. A holder's acquire of its own unexpired lease
-// renews it and keeps the token; a free or expired lease goes to anyone with
-// the next token; a lease held by another is left alone.
+// renews it and keeps the token, unless the term was revoked: then it is
+// refused like anyone else's. A free or expired lease goes to anyone with the
+// next token; a lease held by another is left alone.
 func DecideAcquire(cur store.Lease, holder string, ttl time.Duration, now time.Time) (Decision, error) {
 	switch {
-	case cur.Held(now) && cur.Holder == holder:
+	case cur.Held(now) && cur.Holder == holder && !cur.Revoked:
 		return extend(cur, ttl, now), nil
 	case cur.Held(now):
 		return Decision{Next: cur, Outcome: OutcomeHeldByOther}, nil
@@ -74,14 +79,16 @@ func DecideAcquire(cur store.Lease, holder string, ttl time.Duration, now time.T
 	next.AcquiredAt = now
 	next.RenewedAt = now
 	next.ExpiresAt = now.Add(ttl)
+	next.Revoked = false
 	return Decision{Next: next, Write: true, Outcome: OutcomeAcquired}, nil
 }
 
-// DecideRenew decides a renew. Only the holder of the current, unexpired term
-// with its token renews; anyone else learns that the lease is lost and who
-// holds it now.
+// DecideRenew decides a renew. Only the holder of the current, unexpired,
+// unrevoked term with its token renews; anyone else learns that the lease is
+// lost and who holds it now. The holder of a revoked term sees itself as the
+// holder with its token and the revocation: its cue to stop and release.
 func DecideRenew(cur store.Lease, holder string, token int32, ttl time.Duration, now time.Time) Decision {
-	if cur.Held(now) && cur.Holder == holder && cur.FencingToken == token {
+	if cur.Held(now) && cur.Holder == holder && cur.FencingToken == token && !cur.Revoked {
 		return extend(cur, ttl, now)
 	}
 	return Decision{Next: visible(cur, now), Outcome: OutcomeLost}
@@ -102,6 +109,27 @@ func DecideRelease(cur store.Lease, holder string, token int32, now time.Time) (
 	return Decision{Next: cur, Outcome: OutcomeConflict}, ErrNotHolder
 }
 
+// DecideRevoke decides a release of holder's term with token by someone who
+// does not own holder (an administrator). A live term is not freed: its
+// holder may still be running, and only the holder knows when it has
+// stopped. The term is marked revoked instead, keeping its holder, token and
+// expiry; it is never extended again and ends when its holder releases it
+// (a handover) or at its expiry, whichever comes first. Revoking a revoked
+// term changes nothing. A term that has already ended is freed as
+// DecideRelease frees it; a free lease or another term is as DecideRelease
+// has it.
+func DecideRevoke(cur store.Lease, holder string, token int32, now time.Time) (Decision, error) {
+	if !cur.Held(now) || cur.Holder != holder || cur.FencingToken != token {
+		return DecideRelease(cur, holder, token, now)
+	}
+	if cur.Revoked {
+		return Decision{Next: cur, Outcome: OutcomeRevoked}, nil
+	}
+	next := cur
+	next.Revoked = true
+	return Decision{Next: next, Write: true, Outcome: OutcomeRevoked}, nil
+}
+
 // DecideExpire frees a lease whose term has ended, so that lists and metrics
 // tell the truth; it leaves every other lease alone.
 func DecideExpire(cur store.Lease, now time.Time) Decision {
@@ -113,9 +141,11 @@ func DecideExpire(cur store.Lease, now time.Time) Decision {
 
 // DecideGrace extends a held lease to at least one TTL past now. A server
 // calls it for every held lease when it starts, so that its own downtime never
-// moves a lease: the holder gets one full term to renew again.
+// moves a lease: the holder gets one full term to renew again. A revoked term
+// gets none: its holder may not renew it anyway, and it stopped running by
+// its own local deadline, which falls before the term's recorded end.
 func DecideGrace(cur store.Lease, now time.Time) Decision {
-	if cur.Holder == "" || cur.TTL <= 0 || !cur.ExpiresAt.Before(now.Add(cur.TTL)) {
+	if cur.Holder == "" || cur.Revoked || cur.TTL <= 0 || !cur.ExpiresAt.Before(now.Add(cur.TTL)) {
 		return Decision{Next: cur}
 	}
 	next := cur
@@ -134,6 +164,7 @@ func extend(cur store.Lease, ttl time.Duration, now time.Time) Decision {
 func free(cur store.Lease) store.Lease {
 	next := cur
 	next.Holder = ""
+	next.Revoked = false
 	return next
 }
 

@@ -71,6 +71,13 @@ func extended(cur store.Lease, ttl time.Duration, now time.Time) store.Lease {
 
 func freed(cur store.Lease) store.Lease {
 	cur.Holder = ""
+	cur.Revoked = false
+	return cur
+}
+
+// revoked is cur with its term revoked.
+func revoked(cur store.Lease) store.Lease {
+	cur.Revoked = true
 	return cur
 }
 
@@ -152,6 +159,24 @@ func TestDecideAcquire(t *testing.T) {
 			want:     Decision{Next: extended(withToken(heldBy("a", live), math.MaxInt32), ttl, t0), Write: true, Outcome: OutcomeRenewed},
 			wantHeld: true,
 		},
+		"revoked, by its holder: refused, shows the revoked term": {
+			cur: revoked(heldBy("a", live)), holder: "a", ttl: ttl, now: t0,
+			want: Decision{Next: revoked(heldBy("a", live)), Outcome: OutcomeHeldByOther},
+		},
+		"revoked, by another before it ends: held by other": {
+			cur: revoked(heldBy("b", live)), holder: "a", ttl: ttl, now: t0,
+			want: Decision{Next: revoked(heldBy("b", live)), Outcome: OutcomeHeldByOther},
+		},
+		"revoked, ended and not swept: a new term without the mark": {
+			cur: revoked(heldBy("b", t0)), holder: "a", ttl: ttl, now: t0,
+			want:     Decision{Next: newTerm(heldBy("b", t0), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			wantHeld: true,
+		},
+		"revoked, ended: its old holder begins a new term": {
+			cur: revoked(heldBy("a", t0)), holder: "a", ttl: ttl, now: t0,
+			want:     Decision{Next: newTerm(heldBy("a", t0), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			wantHeld: true,
+		},
 		"held by other at the ceiling: held by other, not exhausted": {
 			cur: withToken(heldBy("b", live), math.MaxInt32), holder: "a", ttl: ttl, now: t0,
 			want: Decision{Next: withToken(heldBy("b", live), math.MaxInt32), Outcome: OutcomeHeldByOther},
@@ -221,6 +246,14 @@ func TestDecideRenew(t *testing.T) {
 			cur: neverSeen(), holder: "a", token: 1, ttl: ttl,
 			want: Decision{Next: neverSeen(), Outcome: OutcomeLost},
 		},
+		"revoked, its holder with its token: lost, shows itself and the revocation": {
+			cur: revoked(heldBy("a", live)), holder: "a", token: 3, ttl: ttl,
+			want: Decision{Next: revoked(heldBy("a", live)), Outcome: OutcomeLost},
+		},
+		"revoked and ended: lost, shown free without the mark": {
+			cur: revoked(heldBy("a", t0)), holder: "a", token: 3, ttl: ttl,
+			want: Decision{Next: freed(heldBy("a", t0)), Outcome: OutcomeLost},
+		},
 		"at the ceiling: extended": {
 			cur: withToken(heldBy("a", live), math.MaxInt32), holder: "a", token: math.MaxInt32, ttl: ttl,
 			want:     Decision{Next: extended(withToken(heldBy("a", live), math.MaxInt32), ttl, t0), Write: true, Outcome: OutcomeRenewed},
@@ -269,6 +302,15 @@ func TestDecideRelease(t *testing.T) {
 			cur: withToken(heldBy("a", live), math.MaxInt32), holder: "a", token: math.MaxInt32,
 			want: Decision{Next: freed(withToken(heldBy("a", live), math.MaxInt32)), Write: true, Outcome: OutcomeReleased},
 		},
+		"own revoked term: freed (the handover), mark cleared": {
+			cur: revoked(heldBy("a", live)), holder: "a", token: 3,
+			want: Decision{Next: freed(heldBy("a", live)), Write: true, Outcome: OutcomeReleased},
+		},
+		"revoked term of another: not holder": {
+			cur: revoked(heldBy("b", live)), holder: "a", token: 3,
+			want:    Decision{Next: revoked(heldBy("b", live)), Outcome: OutcomeConflict},
+			wantErr: ErrNotHolder,
+		},
 		"mismatched token: not holder": {
 			cur: heldBy("a", live), holder: "a", token: 2,
 			want:    Decision{Next: heldBy("a", live), Outcome: OutcomeConflict},
@@ -309,6 +351,70 @@ func TestDecideRelease(t *testing.T) {
 	}
 }
 
+func TestDecideRevoke(t *testing.T) {
+	live := t0.Add(5 * time.Second)
+	cases := map[string]struct {
+		cur     store.Lease
+		holder  string
+		token   int32
+		want    Decision
+		wantErr error
+	}{
+		"live term: marked revoked, holder, token and expiry kept": {
+			cur: heldBy("a", live), holder: "a", token: 3,
+			want: Decision{Next: revoked(heldBy("a", live)), Write: true, Outcome: OutcomeRevoked},
+		},
+		"live term one nanosecond before expiry: revoked": {
+			cur: heldBy("a", t0.Add(time.Nanosecond)), holder: "a", token: 3,
+			want: Decision{Next: revoked(heldBy("a", t0.Add(time.Nanosecond))), Write: true, Outcome: OutcomeRevoked},
+		},
+		"already revoked: no write": {
+			cur: revoked(heldBy("a", live)), holder: "a", token: 3,
+			want: Decision{Next: revoked(heldBy("a", live)), Outcome: OutcomeRevoked},
+		},
+		"ended exactly now, not swept: freed like a release": {
+			cur: heldBy("a", t0), holder: "a", token: 3,
+			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeReleased},
+		},
+		"revoked and ended, not swept: freed, mark cleared": {
+			cur: revoked(heldBy("a", t0)), holder: "a", token: 3,
+			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeReleased},
+		},
+		"never seen: released without a write": {
+			cur: neverSeen(), holder: "a", token: 1,
+			want: Decision{Next: neverSeen(), Outcome: OutcomeReleased},
+		},
+		"already released: released without a write": {
+			cur: released(), holder: "a", token: 3,
+			want: Decision{Next: released(), Outcome: OutcomeReleased},
+		},
+		"an older token: not holder": {
+			cur: heldBy("a", live), holder: "a", token: 2,
+			want:    Decision{Next: heldBy("a", live), Outcome: OutcomeConflict},
+			wantErr: ErrNotHolder,
+		},
+		"another holder: not holder": {
+			cur: heldBy("b", live), holder: "a", token: 3,
+			want:    Decision{Next: heldBy("b", live), Outcome: OutcomeConflict},
+			wantErr: ErrNotHolder,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := DecideRevoke(tc.cur, tc.holder, tc.token, t0)
+			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
+				t.Fatalf("error = %v, want %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+			if got.Held() {
+				t.Errorf("Held() = true after a revocation")
+			}
+		})
+	}
+}
+
 func TestDecideExpire(t *testing.T) {
 	cases := map[string]struct {
 		cur  store.Lease
@@ -337,6 +443,14 @@ func TestDecideExpire(t *testing.T) {
 		"long expired: freed": {
 			cur:  heldBy("a", t0.Add(-time.Hour)),
 			want: Decision{Next: freed(heldBy("a", t0.Add(-time.Hour))), Write: true, Outcome: OutcomeExpired},
+		},
+		"revoked and live: left alone until it ends": {
+			cur:  revoked(heldBy("a", t0.Add(time.Nanosecond))),
+			want: Decision{Next: revoked(heldBy("a", t0.Add(time.Nanosecond)))},
+		},
+		"revoked and ended: freed, mark cleared": {
+			cur:  revoked(heldBy("a", t0)),
+			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeExpired},
 		},
 		"expired at the ceiling: freed, token kept": {
 			cur:  withToken(heldBy("a", t0), math.MaxInt32),
@@ -388,6 +502,14 @@ func TestDecideGrace(t *testing.T) {
 			cur:  heldBy("a", t0.Add(time.Hour)),
 			want: Decision{Next: heldBy("a", t0.Add(time.Hour))},
 		},
+		"revoked, ending before a full term from now: never extended": {
+			cur:  revoked(heldBy("a", t0.Add(time.Second))),
+			want: Decision{Next: revoked(heldBy("a", t0.Add(time.Second)))},
+		},
+		"revoked, ended during the downtime: not revived": {
+			cur:  revoked(heldBy("a", t0.Add(-time.Hour))),
+			want: Decision{Next: revoked(heldBy("a", t0.Add(-time.Hour)))},
+		},
 		"no recorded ttl: left alone": {
 			cur:  noTTL,
 			want: Decision{Next: noTTL},
@@ -404,7 +526,8 @@ func TestDecideGrace(t *testing.T) {
 }
 
 // FuzzMachine drives one lease record through a fuzzed sequence of acquire,
-// renew, release, expiry sweeps and restart graces by three holders, on a
+// renew, release, revocation, expiry sweeps and restart graces by three
+// holders (a revocation names one of them as an administrator would), on a
 // clock that moves in half-second steps against whole-second TTLs (so terms
 // end exactly at the instant of an operation), and checks after every step the
 // invariants the wire contract promises.
@@ -417,6 +540,8 @@ func FuzzMachine(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 1, 0, 2, 0, 3, 0xff, 1, 0})
 	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0x1c, 1, 0, 4, 0x1c, 3, 0})
 	f.Add([]byte{0, 0, 1, 6, 0x1f, 11, 0x3c, 2, 0x40, 7, 0x80, 14, 0x1c})
+	// a's term revoked, its renew and acquire refused, b refused until a releases.
+	f.Add([]byte{0, 0, 0, 5, 0x20, 1, 0, 0, 4, 6, 4, 4, 0, 2, 0, 6, 0})
 	f.Fuzz(func(t *testing.T, program []byte) {
 		if len(program) == 0 {
 			return
@@ -426,11 +551,14 @@ func FuzzMachine(f *testing.F) {
 		holders := []string{"a", "b", "a/x"}
 		// remembered is the token each holder was last granted.
 		remembered := map[string]int32{}
+		// revokedToken is the token of the last term the model saw revoked,
+		// kept apart from the record's own mark.
+		var revokedToken int32
 		now := t0
 		for i := 1; i+1 < len(program); i += 2 {
 			opByte, arg := program[i], program[i+1]
-			op := opByte % 5
-			holder := holders[int(opByte/5)%len(holders)]
+			op := opByte % 6
+			holder := holders[int(opByte/6)%len(holders)]
 			opTTL := time.Duration(1+arg&3) * time.Second
 			now = now.Add(time.Duration((arg>>2)&7) * 500 * time.Millisecond)
 			var token int32
@@ -464,6 +592,9 @@ func FuzzMachine(f *testing.F) {
 			case 4:
 				name = "grace"
 				d = DecideGrace(cur, now)
+			case 5:
+				name = "revoke"
+				d, err = DecideRevoke(cur, holder, token, now)
 			}
 			step := func(format string, args ...any) {
 				t.Helper()
@@ -523,6 +654,40 @@ func FuzzMachine(f *testing.F) {
 				}
 			}
 
+			// Revocation: a live term is marked, never freed or moved by it;
+			// a revoked term is never extended nor granted again, to its
+			// holder or anyone, until it is released or ends; the mark never
+			// outlives its term.
+			if op == 5 && cur.Held(now) && (next.Holder != cur.Holder || next.FencingToken != cur.FencingToken || !next.ExpiresAt.Equal(cur.ExpiresAt)) {
+				step("revocation moved, freed or changed the expiry of a live term")
+			}
+			if op == 5 && err == nil && cur.Held(now) && (cur.Holder != holder || cur.FencingToken != token) {
+				step("revocation of another term succeeded")
+			}
+			if op == 5 && err != nil && !errors.Is(err, ErrNotHolder) {
+				step("revocation failed with %v", err)
+			}
+			if op == 5 && err == nil && cur.Held(now) && !next.Revoked {
+				step("revocation left the live term unrevoked")
+			}
+			if cur.Held(now) && cur.FencingToken == revokedToken {
+				if !cur.Revoked {
+					step("the record lost the mark of revoked term %d", revokedToken)
+				}
+				if d.Held() {
+					step("revoked term %d granted to %q", revokedToken, holder)
+				}
+				if next.Holder == cur.Holder && next.FencingToken == cur.FencingToken && (!next.ExpiresAt.Equal(cur.ExpiresAt) || !next.Revoked) {
+					step("revoked term %d extended or unrevoked", revokedToken)
+				}
+			}
+			if next.Revoked && (next.Holder == "" || d.Outcome == OutcomeAcquired) {
+				step("the mark outlived its term")
+			}
+			if next.Revoked && !cur.Revoked && op != 5 {
+				step("only a revocation marks a term")
+			}
+
 			// A caller told it holds the lease really holds it, for ttl from now.
 			if d.Held() {
 				if !d.Write || next.Holder != holder || !next.ExpiresAt.Equal(now.Add(opTTL)) || next.TTL != opTTL || !next.Held(now) {
@@ -561,6 +726,9 @@ func FuzzMachine(f *testing.F) {
 
 			if d.Held() {
 				remembered[holder] = next.FencingToken
+			}
+			if d.Outcome == OutcomeRevoked {
+				revokedToken = next.FencingToken
 			}
 			if d.Write {
 				next.Version++ // as a store would

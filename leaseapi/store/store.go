@@ -28,6 +28,10 @@ type Lease struct {
 	AcquiredAt time.Time
 	RenewedAt  time.Time
 	ExpiresAt  time.Time
+	// Revoked: an administrator released this term from under its holder.
+	// The term keeps its holder and token until the holder releases it or
+	// it ends, but it is never extended; a new term begins unrevoked.
+	Revoked bool
 	// Version is owned by the store: zero for a record never written, and
 	// different after every write.
 	Version int64
