@@ -30,6 +30,7 @@ var ErrFingerprintConflict = errors.New("cluster id is registered by another clu
 type Service struct {
 	store      store.Store
 	clock      clock.PassiveClock
+	storeClock store.Clock
 	clusterTTL time.Duration
 	changes    changes
 }
@@ -38,6 +39,10 @@ type Service struct {
 type Options struct {
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
+	// StoreClock, when set, judges lease terms instead of Clock: the clock
+	// of a store that several servers share (store.Clock), so that all of
+	// them agree when a term ends whatever their own clocks say.
+	StoreClock store.Clock
 	// ClusterTTL defaults to DefaultClusterTTL.
 	ClusterTTL time.Duration
 }
@@ -50,53 +55,84 @@ func NewService(s store.Store, opts Options) *Service {
 	if opts.ClusterTTL <= 0 {
 		opts.ClusterTTL = DefaultClusterTTL
 	}
-	return &Service{store: s, clock: opts.Clock, clusterTTL: opts.ClusterTTL}
+	return &Service{store: s, clock: opts.Clock, storeClock: opts.StoreClock, clusterTTL: opts.ClusterTTL}
 }
 
-// now is the server's clock, truncated to what every backend can store.
-func (s *Service) now() time.Time {
-	return s.clock.Now().UTC().Truncate(time.Microsecond)
+// instant is when an operation happens on the clock that judges terms,
+// truncated to what every backend can store. The server's own clock is read
+// exactly; a shared store's clock is known only within bounds.
+type instant struct{ earliest, latest time.Time }
+
+// now reads the clock that judges terms: the store's when the service has
+// one, else the server's own.
+func (s *Service) now(ctx context.Context) (instant, error) {
+	if s.storeClock == nil {
+		t := s.clock.Now().UTC().Truncate(time.Microsecond)
+		return instant{earliest: t, latest: t}, nil
+	}
+	r, err := s.storeClock.Now(ctx)
+	if err != nil {
+		return instant{}, err
+	}
+	latest := r.Latest.UTC()
+	if t := latest.Truncate(time.Microsecond); t.Before(latest) {
+		latest = t.Add(time.Microsecond)
+	}
+	return instant{earliest: r.Earliest.UTC().Truncate(time.Microsecond), latest: latest}, nil
+}
+
+// grant lengthens a term that d begins or extends (at at.earliest) by the
+// uncertainty of at, so that it ends a TTL after the latest time the clock
+// may have shown. Every server judges expiry at the earliest time its clock
+// may show, so none sees a term end before its TTL has passed on the
+// judging clock; uncertainty only ever delays a takeover.
+func (at instant) grant(d Decision) Decision {
+	if d.Write && d.Held() {
+		d.Next.ExpiresAt = d.Next.ExpiresAt.Add(at.latest.Sub(at.earliest))
+	}
+	return d
 }
 
 // Acquire takes the lease for holder, or renews it if holder already has it.
 func (s *Service) Acquire(ctx context.Context, key leaseapi.Key, holder string, ttl time.Duration) (Decision, error) {
-	now := s.now()
+	at, err := s.now(ctx)
+	if err != nil {
+		return Decision{}, err
+	}
+	now := at.earliest
 	return s.updateLease(ctx, key, func(cur store.Lease) (Decision, error) {
 		d, err := DecideAcquire(cur, holder, ttl, now)
 		if err != nil || d.Outcome != OutcomeAcquired {
-			return d, err
+			return at.grant(d), err
 		}
 		if err := s.checkNotCordoned(ctx, holder); err != nil {
 			return Decision{Next: cur, Outcome: OutcomeConflict}, err
 		}
-		return d, nil
+		return at.grant(d), nil
 	})
 }
 
 // Renew extends holder's term if it still holds the lease with token.
 func (s *Service) Renew(ctx context.Context, key leaseapi.Key, holder string, token int32, ttl time.Duration) (Decision, error) {
-	now := s.now()
+	at, err := s.now(ctx)
+	if err != nil {
+		return Decision{}, err
+	}
+	now := at.earliest
 	return s.updateLease(ctx, key, func(cur store.Lease) (Decision, error) {
-		return DecideRenew(cur, holder, token, ttl, now), nil
+		return at.grant(DecideRenew(cur, holder, token, ttl, now)), nil
 	})
 }
 
 // Release frees the lease if holder holds it with token.
 func (s *Service) Release(ctx context.Context, key leaseapi.Key, holder string, token int32) (Decision, error) {
-	now := s.now()
+	at, err := s.now(ctx)
+	if err != nil {
+		return Decision{}, err
+	}
+	now := at.earliest
 	return s.updateLease(ctx, key, func(cur store.Lease) (Decision, error) {
 		return DecideRelease(cur, holder, token, now)
-	})
-}
-
-// Revoke is a release of holder's term with token by someone who does not
-// own holder (an administrator): a live term is marked revoked rather than
-// freed, so that it moves only once its holder has stopped and released it,
-// or at its expiry (DecideRevoke).
-func (s *Service) Revoke(ctx context.Context, key leaseapi.Key, holder string, token int32) (Decision, error) {
-	now := s.now()
-	return s.updateLease(ctx, key, func(cur store.Lease) (Decision, error) {
-		return DecideRevoke(cur, holder, token, now)
 	})
 }
 
@@ -107,7 +143,11 @@ func (s *Service) Get(ctx context.Context, key leaseapi.Key) (store.Lease, error
 	if err != nil {
 		return store.Lease{}, fmt.Errorf("get lease %s: %w", key, err)
 	}
-	return visible(l, s.now()), nil
+	at, err := s.now(ctx)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	return visible(l, at.earliest), nil
 }
 
 // List returns a page of leases as Get shows them.
@@ -116,7 +156,11 @@ func (s *Service) List(ctx context.Context, opts store.ListOptions) ([]store.Lea
 	if err != nil {
 		return nil, false, fmt.Errorf("list leases: %w", err)
 	}
-	now := s.now()
+	at, err := s.now(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	now := at.earliest
 	for i := range leases {
 		leases[i] = visible(leases[i], now)
 	}
@@ -135,7 +179,11 @@ type SweepResult struct {
 func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	err := s.eachLease(ctx, func(l store.Lease) error {
-		d, err := s.updateListed(ctx, l, func(cur store.Lease) Decision { return DecideExpire(cur, s.now()) })
+		at, err := s.now(ctx)
+		if err != nil {
+			return err
+		}
+		d, err := s.updateListed(ctx, l, func(cur store.Lease) Decision { return DecideExpire(cur, at.earliest) })
 		switch {
 		case err != nil:
 			return err
@@ -154,7 +202,12 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 func (s *Service) GrantGrace(ctx context.Context) (int, error) {
 	graced := 0
 	err := s.eachLease(ctx, func(l store.Lease) error {
-		d, err := s.updateListed(ctx, l, func(cur store.Lease) Decision { return DecideGrace(cur, s.now()) })
+		at, err := s.now(ctx)
+		if err != nil {
+			return err
+		}
+		// A full TTL past the latest the clock may show: grace only delays.
+		d, err := s.updateListed(ctx, l, func(cur store.Lease) Decision { return DecideGrace(cur, at.latest) })
 		if d.Outcome == OutcomeGraced {
 			graced++
 		}
@@ -274,9 +327,13 @@ func (s *Service) checkNotCordoned(ctx context.Context, holder string) error {
 // RegisterCluster registers a cluster or records its heartbeat. A different
 // fingerprint is refused while the current registration is live.
 func (s *Service) RegisterCluster(ctx context.Context, id string, reg leaseapi.ClusterRegistration) (store.Cluster, error) {
-	now := s.now()
+	at, err := s.now(ctx)
+	if err != nil {
+		return store.Cluster{}, err
+	}
+	now := at.earliest
 	var out store.Cluster
-	err := compareAndSwap(ctx,
+	err = compareAndSwap(ctx,
 		func(ctx context.Context) (store.Cluster, error) {
 			c, err := s.store.GetCluster(ctx, id)
 			if errors.Is(err, store.ErrNotFound) {
@@ -345,7 +402,11 @@ func (s *Service) Clusters(ctx context.Context) ([]ClusterStatus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list clusters: %w", err)
 	}
-	now := s.now()
+	at, err := s.now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := at.earliest
 	held := map[string]int{}
 	err = s.eachLease(ctx, func(l store.Lease) error {
 		if l.Held(now) {

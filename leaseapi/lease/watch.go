@@ -110,7 +110,11 @@ func (s *Service) WaitForChange(ctx context.Context, key leaseapi.Key, holder st
 		var expiry <-chan time.Time
 		var timer *time.Timer
 		if found && l.Holder != "" {
-			timer = time.NewTimer(l.ExpiresAt.Sub(s.now()) + time.Millisecond)
+			at, err := s.now(ctx)
+			if err != nil {
+				return store.Lease{}, err
+			}
+			timer = time.NewTimer(l.ExpiresAt.Sub(at.earliest) + time.Millisecond)
 			expiry = timer.C
 		}
 		select {

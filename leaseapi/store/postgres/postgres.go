@@ -12,11 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/berthfleet/berth/leaseapi/store"
+	"github.com/berthfleet/berth/leaseapi/store/refclock"
 )
 
 // Store is the PostgreSQL store.
 type Store struct {
-	pool *pgxpool.Pool
+	pool      *pgxpool.Pool
+	clock     *refclock.Clock
+	stopClock func()
 }
 
 var (
@@ -31,6 +34,9 @@ type Options struct {
 	// role without rights to alter the schema; someone runs it once with
 	// migrations on (or a newer release) first.
 	VerifyOnly bool
+	// Clock configures how the database's clock is followed (clock.go);
+	// the zero value is the production setting.
+	Clock refclock.Options
 }
 
 // Open connects to dsn, migrates the schema (or verifies it, with
@@ -52,7 +58,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Store{pool: pool}, nil
+	s := &Store{pool: pool}
+	s.startClock(opts.Clock)
+	return s, nil
 }
 
 const leaseColumns = `namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, version`
@@ -186,6 +194,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("ping PostgreSQL: %w", err)
 	}
+	// A replica that cannot bound the database's clock must not serve.
+	if _, err := s.clock.Now(ctx); err != nil {
+		return fmt.Errorf("ping PostgreSQL: %w", err)
+	}
 	return nil
 }
 
@@ -233,6 +245,7 @@ func (s *Store) FollowLeases(ctx context.Context, changed func(store.LeaseChange
 
 // Close implements store.Store.
 func (s *Store) Close() error {
+	s.stopClock()
 	s.pool.Close()
 	return nil
 }
