@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -62,6 +64,28 @@ type ListOptions struct {
 	After string
 	// Limit bounds the page; zero means no bound.
 	Limit int
+}
+
+// Selects reports whether the lease namespace/name belongs on the page: in
+// Namespace (when set) and after After in list order. After is compared as
+// the (namespace, name) pair the list is ordered by, never as the string
+// "namespace/name": '-' sorts before '/', so "team-b/x" < "team/a" as strings
+// while namespace "team" comes first.
+func (o ListOptions) Selects(namespace, name string) bool {
+	if o.Namespace != "" && namespace != o.Namespace {
+		return false
+	}
+	if o.After == "" {
+		return true
+	}
+	afterNS, afterName, _ := strings.Cut(o.After, "/")
+	return CompareKeys(namespace, name, afterNS, afterName) > 0
+}
+
+// CompareKeys orders lease keys as lists are ordered: by namespace, then by
+// name, each bytewise.
+func CompareKeys(aNamespace, aName, bNamespace, bName string) int {
+	return cmp.Or(cmp.Compare(aNamespace, bNamespace), cmp.Compare(aName, bName))
 }
 
 // LeaseStore keeps lease records.

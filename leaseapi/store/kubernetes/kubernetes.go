@@ -111,12 +111,12 @@ func (s *Store) ListLeases(ctx context.Context, opts store.ListOptions) ([]store
 		if err != nil {
 			return nil, false, err
 		}
-		if (opts.Namespace == "" || l.Namespace == opts.Namespace) && l.Namespace+"/"+l.Name > opts.After {
+		if opts.Selects(l.Namespace, l.Name) {
 			out = append(out, l)
 		}
 	}
 	slices.SortFunc(out, func(a, b store.Lease) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		return store.CompareKeys(a.Namespace, a.Name, b.Namespace, b.Name)
 	})
 	if opts.Limit > 0 && len(out) > opts.Limit {
 		return out[:opts.Limit], true, nil

@@ -126,7 +126,7 @@ func (s *Store) init(ctx context.Context) error {
 }
 
 func (s *Store) load(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, `SELECT namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, version FROM leases`)
+	rows, err := s.db.QueryContext(ctx, `SELECT namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked, version FROM leases`)
 	if err != nil {
 		return fmt.Errorf("load leases: %w", err)
 	}
@@ -135,7 +135,7 @@ func (s *Store) load(ctx context.Context) error {
 			l                            store.Lease
 			ttl, acquired, renewed, expi int64
 		)
-		if err := rows.Scan(&l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expi, &l.Version); err != nil {
+		if err := rows.Scan(&l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expi, &l.Revoked, &l.Version); err != nil {
 			_ = rows.Close()
 			return fmt.Errorf("load leases: %w", err)
 		}
@@ -185,14 +185,14 @@ func (s *Store) GetLease(_ context.Context, namespace, name string) (store.Lease
 func (s *Store) ListLeases(_ context.Context, opts store.ListOptions) ([]store.Lease, bool, error) {
 	s.mu.RLock()
 	out := make([]store.Lease, 0, len(s.leases))
-	for k, l := range s.leases {
-		if (opts.Namespace == "" || l.Namespace == opts.Namespace) && k > opts.After {
+	for _, l := range s.leases {
+		if opts.Selects(l.Namespace, l.Name) {
 			out = append(out, l)
 		}
 	}
 	s.mu.RUnlock()
 	slices.SortFunc(out, func(a, b store.Lease) int {
-		return cmp.Compare(leaseKey(a.Namespace, a.Name), leaseKey(b.Namespace, b.Name))
+		return store.CompareKeys(a.Namespace, a.Name, b.Namespace, b.Name)
 	})
 	if opts.Limit > 0 && len(out) > opts.Limit {
 		return out[:opts.Limit], true, nil

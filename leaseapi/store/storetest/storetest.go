@@ -29,6 +29,7 @@ func Run(t *testing.T, open OpenFunc) {
 		"tokens increase across cycles":    testTokensIncrease,
 		"expiry on injected clock":         testExpiry,
 		"pagination":                       testPagination,
+		"pagination, namespace prefixes":   testPaginationPrefixNamespaces,
 		"token ceiling":                    testTokenCeiling,
 		"restart grace":                    testRestartGrace,
 		"cluster registry":                 testClusterRegistry,
@@ -317,28 +318,7 @@ func testPagination(t *testing.T, open OpenFunc) {
 			want = append(want, k.String())
 		}
 	}
-	list := func(opts store.ListOptions) []string {
-		var got []string
-		for pages := 0; ; pages++ {
-			if pages > 100 {
-				t.Fatalf("pagination does not end")
-			}
-			page, more, err := f.svc.List(f.ctx, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if opts.Limit > 0 && len(page) > opts.Limit {
-				t.Fatalf("page of %d items over limit %d", len(page), opts.Limit)
-			}
-			for _, l := range page {
-				got = append(got, leaseapi.Key{Namespace: l.Namespace, Name: l.Name}.String())
-			}
-			if !more {
-				return got
-			}
-			opts.After = got[len(got)-1]
-		}
-	}
+	list := func(opts store.ListOptions) []string { return listAll(t, f, opts) }
 	if diff := cmp.Diff(want, list(store.ListOptions{Limit: 4})); diff != "" {
 		t.Errorf("paged list (-want +got):\n%s", diff)
 	}
@@ -347,6 +327,69 @@ func testPagination(t *testing.T, open OpenFunc) {
 	}
 	if diff := cmp.Diff(want[9:18], list(store.ListOptions{Namespace: "b", Limit: 5})); diff != "" {
 		t.Errorf("namespace b (-want +got):\n%s", diff)
+	}
+}
+
+// testPaginationPrefixNamespaces pages through namespaces where one is a
+// prefix of the other followed by '-', which sorts before the '/' of a
+// "namespace/name" string: a continue key compared as that string instead of
+// as the (namespace, name) pair skips every lease of "team-b" after a page
+// ending in "team".
+func testPaginationPrefixNamespaces(t *testing.T, open OpenFunc) {
+	f := newFixture(t, open)
+	var want []string
+	for _, ns := range []string{"team", "team-b"} {
+		for i := range 5 {
+			k := leaseapi.Key{Namespace: ns, Name: fmt.Sprintf("lease-%02d", i)}
+			if _, err := f.svc.Acquire(f.ctx, k, "east", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, k.String())
+		}
+	}
+	cases := map[string]struct {
+		opts store.ListOptions
+		want []string
+	}{
+		"unpaged":                {opts: store.ListOptions{}, want: want},
+		"pages of 3":             {opts: store.ListOptions{Limit: 3}, want: want},
+		"pages of 5":             {opts: store.ListOptions{Limit: 5}, want: want},
+		"namespace team":         {opts: store.ListOptions{Namespace: "team", Limit: 2}, want: want[:5]},
+		"namespace team-b":       {opts: store.ListOptions{Namespace: "team-b", Limit: 2}, want: want[5:]},
+		"after the last of team": {opts: store.ListOptions{After: "team/lease-04", Limit: 3}, want: want[5:]},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, listAll(t, f, tc.opts)); diff != "" {
+				t.Errorf("list (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// listAll follows a list from opts page by page, each page after the last
+// key of the one before, as the API's continue token does.
+func listAll(t *testing.T, f *fixture, opts store.ListOptions) []string {
+	t.Helper()
+	var got []string
+	for pages := 0; ; pages++ {
+		if pages > 100 {
+			t.Fatalf("pagination does not end")
+		}
+		page, more, err := f.svc.List(f.ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opts.Limit > 0 && len(page) > opts.Limit {
+			t.Fatalf("page of %d items over limit %d", len(page), opts.Limit)
+		}
+		for _, l := range page {
+			got = append(got, leaseapi.Key{Namespace: l.Namespace, Name: l.Name}.String())
+		}
+		if !more || len(page) == 0 {
+			return got
+		}
+		opts.After = got[len(got)-1]
 	}
 }
 
