@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/berthfleet/berth/leaseapi/store"
+	"github.com/berthfleet/berth/leaseapi/store/refclock"
 )
 
 // Labels and annotations of the objects this store owns.
@@ -35,6 +36,8 @@ const (
 type Store struct {
 	client    k8s.Interface
 	namespace string
+	clock     *refclock.Clock
+	stopClock func()
 }
 
 var (
@@ -46,6 +49,18 @@ var (
 // namespace if needed. cfg's rate limits are raised so that the store is not
 // throttled by client-go at the rates the lease API serves.
 func Open(ctx context.Context, cfg *rest.Config, namespace string) (*Store, error) {
+	return OpenWith(ctx, cfg, namespace, Options{})
+}
+
+// Options configures OpenWith.
+type Options struct {
+	// Clock configures how the API server's clock is followed (clock.go);
+	// the zero value is the production setting.
+	Clock refclock.Options
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, cfg *rest.Config, namespace string, opts Options) (*Store, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 2000, 4000
 	c, err := k8s.NewForConfig(cfg)
@@ -56,7 +71,11 @@ func Open(ctx context.Context, cfg *rest.Config, namespace string) (*Store, erro
 	if _, err := c.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("create coordination namespace %s: %w", namespace, err)
 	}
-	return &Store{client: c, namespace: namespace}, nil
+	s := &Store{client: c, namespace: namespace}
+	if err := s.startClock(cfg, opts.Clock); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func objectName(namespace, name string) string { return namespace + "." + name }
@@ -182,6 +201,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	if _, err := s.client.CoreV1().Namespaces().Get(ctx, s.namespace, metav1.GetOptions{}); err != nil {
 		return fmt.Errorf("ping Kubernetes store: %w", err)
 	}
+	// A replica that cannot bound the API server's clock must not serve.
+	if _, err := s.clock.Now(ctx); err != nil {
+		return fmt.Errorf("ping Kubernetes store: %w", err)
+	}
 	return nil
 }
 
@@ -234,7 +257,10 @@ func (s *Store) FollowLeases(ctx context.Context, changed func(store.LeaseChange
 }
 
 // Close implements store.Store.
-func (s *Store) Close() error { return nil }
+func (s *Store) Close() error {
+	s.stopClock()
+	return nil
+}
 
 func toLease(namespace string, l store.Lease) *coordinationv1.Lease {
 	obj := &coordinationv1.Lease{
