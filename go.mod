@@ -3,6 +3,7 @@ module github.com/berthfleet/berth
 go 1.26.3
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/go-logr/logr v1.4.3
 	github.com/gofrs/flock v0.13.2
 	github.com/google/go-cmp v0.7.0
