@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/go-logr/logr"
+
+	"github.com/berthfleet/berth/leaseapi/server"
 )
 
 func main() {
@@ -49,6 +51,8 @@ type options struct {
 	tlsCertFile           string
 	tlsKeyFile            string
 	clientCAFile          string
+	// limits bound slow and large requests.
+	limits server.Limits
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -66,6 +70,10 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serving certificate (PEM)")
 	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "serving key (PEM)")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle that verifies client certificates; a verified certificate's common name is its subject")
+	fs.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "time a connection has to send a request line and headers")
+	fs.DurationVar(&o.limits.BodyReadTimeout, "body-read-timeout", server.DefaultBodyReadTimeout, "time a request has to send its body after its headers (long polls have none and are not cut)")
+	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "time a kept-alive connection may wait for its next request")
+	fs.IntVar(&o.limits.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request line and headers; more is answered 431")
 }
 
 func (o *options) admins() []string {
@@ -76,6 +84,15 @@ func (o *options) admins() []string {
 		}
 	}
 	return out
+}
+
+// checkLimits refuses a bound that is not positive: none of them may be off.
+func (o *options) checkLimits() error {
+	l := o.limits
+	if l.ReadHeaderTimeout <= 0 || l.BodyReadTimeout <= 0 || l.IdleTimeout <= 0 || l.MaxHeaderBytes <= 0 {
+		return usageError("--read-header-timeout, --body-read-timeout, --idle-timeout and --max-header-bytes must be positive")
+	}
+	return nil
 }
 
 func newLogger(verbosity int) logr.Logger {

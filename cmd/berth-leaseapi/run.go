@@ -32,6 +32,9 @@ import (
 const shutdownTimeout = 30 * time.Second
 
 func run(ctx context.Context, o options, log logr.Logger) error {
+	if err := o.checkLimits(); err != nil {
+		return err
+	}
 	tlsConfig, err := o.tlsConfig()
 	if err != nil {
 		return err
@@ -66,12 +69,12 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	}
 	log.Info("restart grace granted", "leases", graced)
 
-	srv := server.New(server.Config{Service: svc, Store: st, Auth: auth, Metrics: metrics, Log: log})
+	srv := server.New(server.Config{Service: svc, Store: st, Auth: auth, Metrics: metrics, Log: log, Limits: o.limits})
 	apiLn, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
-	api := &http.Server{Handler: srv.Handler(), TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	api := srv.HTTPServer(tlsConfig)
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {

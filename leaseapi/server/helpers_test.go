@@ -62,6 +62,8 @@ type fixtureOptions struct {
 	auth *Authenticator
 	// tls serves over TLS; the test configures srv.http.TLS itself.
 	tls func(*httptest.Server)
+	// limits replace the default Limits.
+	limits Limits
 }
 
 func newFixture(t *testing.T, opts fixtureOptions) *fixture {
@@ -90,14 +92,17 @@ func newFixture(t *testing.T, opts fixtureOptions) *fixture {
 		Metrics: metrics,
 		Log:     funcr.NewJSON(f.logs.write, funcr.Options{Verbosity: 4}),
 		Clock:   f.clock,
+		Limits:  opts.limits,
 	})
+	// The http.Server that berth-leaseapi runs, with its limits.
+	f.http = httptest.NewUnstartedServer(nil)
+	f.http.Config = f.srv.HTTPServer(nil)
 	if opts.tls != nil {
-		f.http = httptest.NewUnstartedServer(f.srv.Handler())
 		f.http.Config.ErrorLog = log.New(io.Discard, "", 0) // handshake failures the tests provoke
 		opts.tls(f.http)
 		f.http.StartTLS()
 	} else {
-		f.http = httptest.NewServer(f.srv.Handler())
+		f.http.Start()
 	}
 	t.Cleanup(f.http.Close)
 	// An API client must see redirects, not follow them.

@@ -35,6 +35,8 @@ type Config struct {
 	// Clock drives the sweep; defaults to the real clock.
 	Clock         clock.WithTicker
 	SweepInterval time.Duration
+	// Limits bound slow and large requests; zero fields take the defaults.
+	Limits Limits
 }
 
 // Server serves the lease API.
@@ -54,6 +56,7 @@ func New(cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	s := &Server{Config: cfg}
 	s.handler = s.routes()
 	return s
@@ -100,7 +103,7 @@ func (s *Server) routes() http.Handler {
 		mux.Handle(pattern, s.serve(pattern, byPattern[pattern]))
 	}
 	mux.Handle("/", s.serve("unmatched", nil))
-	return withRequestID(mux)
+	return withRequestID(s.readBody(mux))
 }
 
 type requestIDKey struct{}
@@ -152,14 +155,18 @@ func (s *Server) serve(pattern string, routes []route) http.Handler {
 		if err != nil {
 			s.writeError(rec, r, id, err)
 		}
-
-		elapsed := time.Since(start)
-		s.Metrics.requests.WithLabelValues(pattern, strconv.Itoa(rec.code)).Inc()
-		s.Metrics.requestDuration.WithLabelValues(pattern).Observe(elapsed.Seconds())
-		s.Log.Info("request", "requestId", id, "method", r.Method, "path", r.URL.Path, "route", pattern,
-			"status", rec.code, "bytes", rec.bytes, "durationMs", float64(elapsed.Microseconds())/1000,
-			"subject", p.Subject, "remote", r.RemoteAddr)
+		s.record(rec, r, pattern, p, start)
 	})
+}
+
+// record counts an answer in the metrics and writes its access-log line.
+func (s *Server) record(rec *recorder, r *http.Request, pattern string, p Principal, start time.Time) {
+	elapsed := time.Since(start)
+	s.Metrics.requests.WithLabelValues(pattern, strconv.Itoa(rec.code)).Inc()
+	s.Metrics.requestDuration.WithLabelValues(pattern).Observe(elapsed.Seconds())
+	s.Log.Info("request", "requestId", requestID(r), "method", r.Method, "path", r.URL.Path, "route", pattern,
+		"status", rec.code, "bytes", rec.bytes, "durationMs", float64(elapsed.Microseconds())/1000,
+		"subject", p.Subject, "remote", r.RemoteAddr)
 }
 
 var (
@@ -191,6 +198,8 @@ func classify(err error) (code int, msg, outcome string) {
 	switch {
 	case errors.Is(err, leaseapi.ErrBodyTooLarge):
 		return http.StatusRequestEntityTooLarge, err.Error(), "invalid"
+	case errors.Is(err, errBodyTimeout):
+		return http.StatusRequestTimeout, err.Error(), "invalid"
 	case errors.As(err, &fieldErr):
 		return http.StatusBadRequest, strings.ReplaceAll(err.Error(), "\n", "; "), "invalid"
 	case errors.Is(err, errUnauthenticated):
