@@ -25,6 +25,7 @@ import (
 	"github.com/berthfleet/berth/leaseapi/store"
 	"github.com/berthfleet/berth/leaseapi/store/kubernetes"
 	"github.com/berthfleet/berth/leaseapi/store/postgres"
+	"github.com/berthfleet/berth/leaseapi/store/refclock"
 	"github.com/berthfleet/berth/leaseapi/store/sqlite"
 )
 
@@ -62,7 +63,13 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 
 	metrics := server.NewMetrics()
 	st := metrics.InstrumentStore(backend)
-	svc := lease.NewService(st, lease.Options{})
+	var svcOpts lease.Options
+	if c, ok := backend.(sharedClock); ok {
+		// Replicas share the store: all of them judge terms by its clock.
+		svcOpts.StoreClock = c
+		metrics.ObserveClock(c.Clock())
+	}
+	svc := lease.NewService(st, svcOpts)
 	graced, err := svc.GrantGrace(ctx)
 	if err != nil {
 		return fmt.Errorf("grant restart grace: %w", err)
@@ -122,6 +129,17 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	}
 	return g.Wait()
 }
+
+// sharedClock is a store whose replicas judge lease terms by its clock.
+type sharedClock interface {
+	store.Clock
+	Clock() *refclock.Clock
+}
+
+var (
+	_ sharedClock = (*postgres.Store)(nil)
+	_ sharedClock = (*kubernetes.Store)(nil)
+)
 
 func openStore(ctx context.Context, o options) (store.Store, error) {
 	switch o.store {
