@@ -136,6 +136,21 @@ func (s *Service) Release(ctx context.Context, key leaseapi.Key, holder string, 
 	})
 }
 
+// Revoke is a release of holder's term with token by someone who does not
+// own holder (an administrator): a live term is marked revoked rather than
+// freed, so that it moves only once its holder has stopped and released it,
+// or at its expiry (DecideRevoke).
+func (s *Service) Revoke(ctx context.Context, key leaseapi.Key, holder string, token int32) (Decision, error) {
+	at, err := s.now(ctx)
+	if err != nil {
+		return Decision{}, err
+	}
+	now := at.earliest
+	return s.updateLease(ctx, key, func(cur store.Lease) (Decision, error) {
+		return DecideRevoke(cur, holder, token, now)
+	})
+}
+
 // Get returns the lease as callers should see it: an expired term shows no
 // holder even before the sweep has run.
 func (s *Service) Get(ctx context.Context, key leaseapi.Key) (store.Lease, error) {

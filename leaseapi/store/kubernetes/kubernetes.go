@@ -30,6 +30,11 @@ const (
 	annotationTTL     = "berth.skaphos.io/ttl-micros"
 	annotationExpires = "berth.skaphos.io/expires-at"
 	annotationCluster = "berth.skaphos.io/cluster"
+	// annotationRevoked is "true" on a revoked term (store.Lease.Revoked).
+	// Every write replaces the whole object, so a replica that does not
+	// know it drops it: it may then renew a revoked term, which only delays
+	// the handover, and never leaves the mark on a later term.
+	annotationRevoked = "berth.skaphos.io/revoked"
 )
 
 // Store is the Kubernetes store.
@@ -282,6 +287,9 @@ func toLease(namespace string, l store.Lease) *coordinationv1.Lease {
 	if l.Holder != "" {
 		obj.Spec.HolderIdentity = &l.Holder
 	}
+	if l.Revoked {
+		obj.Annotations[annotationRevoked] = "true"
+	}
 	// The API server wants a positive duration when one is set; the exact
 	// TTL lives in the annotation, this is for people reading the Lease.
 	if ttl := int32(l.TTL / time.Second); ttl > 0 {
@@ -304,7 +312,8 @@ func fromLease(obj *coordinationv1.Lease) (store.Lease, error) {
 	if err != nil {
 		return store.Lease{}, fmt.Errorf("lease object %s: %w", obj.Name, err)
 	}
-	l := store.Lease{Namespace: ns, Name: name, TTL: time.Duration(ttl) * time.Microsecond, ExpiresAt: expires, Version: version}
+	l := store.Lease{Namespace: ns, Name: name, TTL: time.Duration(ttl) * time.Microsecond, ExpiresAt: expires,
+		Revoked: obj.Annotations[annotationRevoked] == "true", Version: version}
 	if h := obj.Spec.HolderIdentity; h != nil {
 		l.Holder = *h
 	}

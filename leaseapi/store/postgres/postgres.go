@@ -63,7 +63,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-const leaseColumns = `namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, version`
+const leaseColumns = `namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked, version`
 
 // GetLease implements store.LeaseStore.
 func (s *Store) GetLease(ctx context.Context, namespace, name string) (store.Lease, error) {
@@ -83,14 +83,14 @@ func (s *Store) PutLease(ctx context.Context, l store.Lease) (store.Lease, error
 		err     error
 	)
 	args := []any{l.Namespace, l.Name, l.Holder, l.FencingToken, l.TTL.Microseconds(),
-		nullTime(l.AcquiredAt), nullTime(l.RenewedAt), nullTime(l.ExpiresAt), l.Version}
+		nullTime(l.AcquiredAt), nullTime(l.RenewedAt), nullTime(l.ExpiresAt), l.Revoked, l.Version}
 	if l.Version == 0 {
-		err = s.pool.QueryRow(ctx, `INSERT INTO leases (`+leaseColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9 + 1)
+		err = s.pool.QueryRow(ctx, `INSERT INTO leases (`+leaseColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10 + 1)
 			ON CONFLICT (namespace, name) DO NOTHING RETURNING version`, args...).Scan(&version)
 	} else {
 		err = s.pool.QueryRow(ctx, `UPDATE leases SET holder = $3, fencing_token = $4, ttl_micros = $5,
-			acquired_at = $6, renewed_at = $7, expires_at = $8, version = version + 1
-			WHERE namespace = $1 AND name = $2 AND version = $9 RETURNING version`, args...).Scan(&version)
+			acquired_at = $6, renewed_at = $7, expires_at = $8, revoked = $9, version = version + 1
+			WHERE namespace = $1 AND name = $2 AND version = $10 RETURNING version`, args...).Scan(&version)
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -256,7 +256,7 @@ func scanLease(row pgx.Row) (store.Lease, error) {
 		ttl                        int64
 		acquired, renewed, expires *time.Time
 	)
-	if err := row.Scan(&l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expires, &l.Version); err != nil {
+	if err := row.Scan(&l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expires, &l.Revoked, &l.Version); err != nil {
 		return store.Lease{}, err
 	}
 	l.TTL = time.Duration(ttl) * time.Microsecond

@@ -56,6 +56,30 @@ var migrations = []migration{
 	CREATE TRIGGER berth_lease_holder_changed AFTER UPDATE ON leases
 		FOR EACH ROW WHEN (OLD.holder IS DISTINCT FROM NEW.holder OR OLD.fencing_token IS DISTINCT FROM NEW.fencing_token)
 		EXECUTE FUNCTION berth_lease_changed();`},
+	// Version 3: the mark of a revoked term (store.Lease.Revoked).
+	//
+	// Additive: binaries of version 2 keep starting on it, because what
+	// they do without knowing the column is still safe. They neither read
+	// nor write it, so a term they update keeps the mark it had: one of
+	// them may renew a revoked term for its holder, which only delays the
+	// handover (the holder learns of the revocation from a newer replica,
+	// or the term ends); none of them grants a term to another holder any
+	// earlier than before, since the mark only ever withholds a grant. An
+	// administrator's release served by an older replica frees the term
+	// at once, as it did in that release. The trigger clears the mark
+	// whenever the holder or the token changes, so that it never outlives
+	// its term whichever replica writes: an older replica's release or new
+	// term does not leave a stale mark that would make a newer replica
+	// refuse the next holder's renewals.
+	{additive: true, sql: `ALTER TABLE leases ADD COLUMN revoked boolean NOT NULL DEFAULT false;
+	CREATE FUNCTION berth_lease_unrevoke() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		NEW.revoked := false;
+		RETURN NEW;
+	END $$;
+	CREATE TRIGGER berth_lease_term_changed BEFORE UPDATE ON leases
+		FOR EACH ROW WHEN (OLD.holder IS DISTINCT FROM NEW.holder OR OLD.fencing_token IS DISTINCT FROM NEW.fencing_token)
+		EXECUTE FUNCTION berth_lease_unrevoke();`},
 }
 
 // minReader is the oldest schema version a binary may know and still work

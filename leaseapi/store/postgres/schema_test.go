@@ -5,6 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/berthfleet/berth/leaseapi/store"
+
 	"github.com/berthfleet/berth/test/pgtest"
 )
 
@@ -38,8 +40,8 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'berth_lease_%'`).Scan(&triggers); err != nil {
 		t.Fatal(err)
 	}
-	if version != len(migrations) || reader != 1 || triggers != 2 {
-		t.Errorf("after the upgrade: version %d, min_reader %d, %d triggers; want %d, 1, 2", version, reader, triggers, len(migrations))
+	if version != len(migrations) || reader != 1 || triggers != 3 {
+		t.Errorf("after the upgrade: version %d, min_reader %d, %d triggers; want %d, 1, 3", version, reader, triggers, len(migrations))
 	}
 	if err := verifyOnly(t, dsn); err != nil {
 		t.Errorf("verify-only after the upgrade: %v", err)
@@ -52,4 +54,51 @@ func verifyOnly(t *testing.T, dsn string) error {
 		_ = s.Close()
 	}
 	return err
+}
+
+// TestOlderReplicaClearsTheMark: a binary of schema version 2 writes leases
+// without the revoked column. Its renewal leaves a revoked term's mark as it
+// is; its release or new term clears it (migration 3's trigger), so that no
+// later term inherits it.
+func TestOlderReplicaClearsTheMark(t *testing.T) {
+	dsn := pgtest.Start(t).NewDatabase(t)
+	s, err := Open(t.Context(), dsn, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	if _, err := s.PutLease(t.Context(), store.Lease{Namespace: "ns", Name: "a", Holder: "east", FencingToken: 1, Revoked: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The UPDATE of a version 2 binary, which does not know the column.
+	older := func(holder string, token int32) {
+		t.Helper()
+		if _, err := s.pool.Exec(t.Context(), `UPDATE leases SET holder = $1, fencing_token = $2, version = version + 1
+			WHERE namespace = 'ns' AND name = 'a'`, holder, token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	revoked := func() bool {
+		t.Helper()
+		got, err := s.GetLease(t.Context(), "ns", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Revoked
+	}
+	older("east", 1) // a renewal
+	if !revoked() {
+		t.Fatalf("an older replica's renewal cleared the mark")
+	}
+	older("", 1) // a release
+	if revoked() {
+		t.Fatalf("the mark outlived an older replica's release")
+	}
+	if _, err := s.pool.Exec(t.Context(), `UPDATE leases SET revoked = true`); err != nil {
+		t.Fatal(err)
+	}
+	older("west", 2) // a new term on a record the sweep had not freed
+	if revoked() {
+		t.Fatalf("the mark outlived an older replica's new term")
+	}
 }

@@ -31,6 +31,8 @@ var migrations = []string{
 		last_seen     INTEGER NOT NULL,
 		version       INTEGER NOT NULL
 	) WITHOUT ROWID;`,
+	// Version 2: a term an administrator revoked (store.Lease.Revoked).
+	`ALTER TABLE leases ADD COLUMN revoked INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // migrate applies the migrations the database has not seen yet, each in its

@@ -126,7 +126,7 @@ func (s *Store) init(ctx context.Context) error {
 }
 
 func (s *Store) load(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, `SELECT namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, version FROM leases`)
+	rows, err := s.db.QueryContext(ctx, `SELECT namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked, version FROM leases`)
 	if err != nil {
 		return fmt.Errorf("load leases: %w", err)
 	}
@@ -135,7 +135,7 @@ func (s *Store) load(ctx context.Context) error {
 			l                            store.Lease
 			ttl, acquired, renewed, expi int64
 		)
-		if err := rows.Scan(&l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expi, &l.Version); err != nil {
+		if err := rows.Scan(&l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expi, &l.Revoked, &l.Version); err != nil {
 			_ = rows.Close()
 			return fmt.Errorf("load leases: %w", err)
 		}

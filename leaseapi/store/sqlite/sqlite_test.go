@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -51,7 +52,7 @@ func TestRecordsSurviveReopen(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 	want, err := s.PutLease(t.Context(), store.Lease{
 		Namespace: "ns", Name: "a", Holder: "east", FencingToken: 7, TTL: 30 * time.Second,
-		AcquiredAt: now, RenewedAt: now, ExpiresAt: now.Add(30 * time.Second),
+		AcquiredAt: now, RenewedAt: now, ExpiresAt: now.Add(30 * time.Second), Revoked: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -82,5 +83,49 @@ func TestRecordsSurviveReopen(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantC, gotC); diff != "" {
 		t.Errorf("cluster after reopen (-want +got):\n%s", diff)
+	}
+}
+
+// TestUpgradeFromVersion1 opens a database written by a binary that knew
+// only schema version 1 (no revoked column): its leases load unrevoked and
+// can be revoked and written again.
+func TestUpgradeFromVersion1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`CREATE TABLE leases (namespace TEXT NOT NULL, name TEXT NOT NULL, holder TEXT NOT NULL, fencing_token INTEGER NOT NULL,
+			ttl_micros INTEGER NOT NULL, acquired_at INTEGER NOT NULL, renewed_at INTEGER NOT NULL, expires_at INTEGER NOT NULL,
+			version INTEGER NOT NULL, PRIMARY KEY (namespace, name)) WITHOUT ROWID`,
+		`CREATE TABLE clusters (id TEXT NOT NULL PRIMARY KEY, fingerprint TEXT NOT NULL, agent_version TEXT NOT NULL, labels TEXT NOT NULL,
+			cordoned INTEGER NOT NULL, registered_at INTEGER NOT NULL, last_seen INTEGER NOT NULL, version INTEGER NOT NULL) WITHOUT ROWID`,
+		`INSERT INTO leases VALUES ('ns', 'a', 'east', 4, 30000000, 1767323045000000, 1767323045000000, 1767323075000000, 9)`,
+		`PRAGMA user_version = 1`,
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatalf("open a version 1 database: %v", err)
+	}
+	defer func() { _ = s.Close() }()
+	l, err := s.GetLease(t.Context(), "ns", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Holder != "east" || l.FencingToken != 4 || l.Revoked || l.Version != 9 {
+		t.Fatalf("lease of a version 1 database: %+v, want east's unrevoked term 4 at version 9", l)
+	}
+	l.Revoked = true
+	if l, err = s.PutLease(t.Context(), l); err != nil || !l.Revoked {
+		t.Fatalf("revoke after the upgrade: %+v, %v", l, err)
 	}
 }

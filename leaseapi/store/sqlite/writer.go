@@ -113,12 +113,12 @@ func (s *Store) acceptCluster(c *store.Cluster, batch map[string]store.Cluster) 
 // The upserts repeat the version check in SQL, so that a write can never land
 // on a row that changed behind the in-memory state.
 const (
-	upsertLease = `INSERT INTO leases (namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, version)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	upsertLease = `INSERT INTO leases (namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked, version)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, name) DO UPDATE SET
 			holder = excluded.holder, fencing_token = excluded.fencing_token, ttl_micros = excluded.ttl_micros,
 			acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
-			version = excluded.version
+			revoked = excluded.revoked, version = excluded.version
 		WHERE leases.version = excluded.version - 1`
 	upsertCluster = `INSERT INTO clusters (id, fingerprint, agent_version, labels, cordoned, registered_at, last_seen, version)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -146,7 +146,7 @@ func (s *Store) persist(writes []*write) (err error) {
 		var res sql.Result
 		if l := w.lease; l != nil {
 			res, err = putLease.ExecContext(ctx, l.Namespace, l.Name, l.Holder, l.FencingToken,
-				l.TTL.Microseconds(), toMicros(l.AcquiredAt), toMicros(l.RenewedAt), toMicros(l.ExpiresAt), l.Version)
+				l.TTL.Microseconds(), toMicros(l.AcquiredAt), toMicros(l.RenewedAt), toMicros(l.ExpiresAt), l.Revoked, l.Version)
 		} else {
 			c := w.cluster
 			labels, jerr := json.Marshal(c.Labels)

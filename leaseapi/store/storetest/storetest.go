@@ -35,6 +35,7 @@ func Run(t *testing.T, open OpenFunc) {
 		"cluster registry":                 testClusterRegistry,
 		"cordoned cluster":                 testCordonedCluster,
 		"lease feed":                       testLeaseFeed,
+		"revocation":                       testRevocation,
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) { tc(t, open) })
