@@ -38,7 +38,9 @@ type ReleaseRequest struct {
 
 // AcquireResponse answers acquire and renew. Acquired is false when another
 // holder has the lease (or, for renew, when the caller lost it); Holder and
-// FencingToken then describe the current state.
+// FencingToken then describe the current state. Revoked is true when that
+// state is a term an administrator revoked: a caller that finds itself the
+// holder of a revoked term must stop and release it with its token.
 type AcquireResponse struct {
 	Acquired     bool      `json:"acquired"`
 	Holder       string    `json:"holder"`
@@ -46,10 +48,13 @@ type AcquireResponse struct {
 	AcquiredAt   time.Time `json:"acquiredAt,omitzero"`
 	RenewedAt    time.Time `json:"renewedAt,omitzero"`
 	ExpiresAt    time.Time `json:"expiresAt,omitzero"`
+	Revoked      bool      `json:"revoked,omitempty"`
 }
 
 // Lease is the record answered by GET and list. Holder is empty when the lease
 // is free; FencingToken is the last token granted and never goes back.
+// Revoked: an administrator revoked the holder's term, which ends when the
+// holder releases it or at ExpiresAt, and is not renewed.
 type Lease struct {
 	Namespace    string    `json:"namespace"`
 	Name         string    `json:"name"`
@@ -59,6 +64,7 @@ type Lease struct {
 	AcquiredAt   time.Time `json:"acquiredAt,omitzero"`
 	RenewedAt    time.Time `json:"renewedAt,omitzero"`
 	ExpiresAt    time.Time `json:"expiresAt,omitzero"`
+	Revoked      bool      `json:"revoked,omitempty"`
 }
 
 // LeaseList answers GET /v1alpha1/leases. Continue is empty on the last page.

@@ -165,7 +165,9 @@ func (c *Client) Acquire(ctx context.Context, namespace, name, holder string, tt
 
 // Renew extends holder's term of the lease it holds with fencingToken.
 // Result.Acquired is false when the lease was lost; Holder then names the
-// current holder (empty if none).
+// current holder (empty if none). Revoked with Holder still holder and the
+// same token means an administrator revoked the term: stop the work it
+// guards, then Release it with that token.
 func (c *Client) Renew(ctx context.Context, namespace, name, holder string, fencingToken int32, ttl time.Duration) (AcquireResult, error) {
 	var out AcquireResult
 	err := c.do(ctx, http.MethodPost, leasePath(namespace, name)+"/renew",
@@ -177,7 +179,10 @@ func (c *Client) Renew(ctx context.Context, namespace, name, holder string, fenc
 }
 
 // Release gives the lease up. Releasing a free lease succeeds; releasing a
-// lease held by another holder or token is ErrConflict.
+// lease held by another holder or token is ErrConflict. An administrator's
+// release of another subject's live term revokes it instead of freeing it:
+// the term ends when its holder has stopped and released it, or at its
+// expiry (GetLease then shows Revoked).
 func (c *Client) Release(ctx context.Context, namespace, name, holder string, fencingToken int32) error {
 	err := c.do(ctx, http.MethodPost, leasePath(namespace, name)+"/release",
 		leaseapi.ReleaseRequest{Holder: holder, FencingToken: fencingToken}, nil)

@@ -70,14 +70,25 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, p Principal) er
 	if err := decodeValid(r, &req); err != nil {
 		return err
 	}
-	if !p.Admin && !p.mayHold(req.Holder) {
+	var d lease.Decision
+	switch {
+	case p.mayHold(req.Holder):
+		d, err = s.Service.Release(r.Context(), key, req.Holder, req.FencingToken)
+	case p.Admin:
+		// Only the holder knows when its workload has stopped: an
+		// administrator's release of another subject's live term revokes
+		// it, and the term moves once its holder releases it or ends.
+		d, err = s.Service.Revoke(r.Context(), key, req.Holder, req.FencingToken)
+	default:
 		return forbiddenHolder(p, req.Holder)
 	}
-	d, err := s.Service.Release(r.Context(), key, req.Holder, req.FencingToken)
 	if err != nil {
 		return err
 	}
 	s.Metrics.observeDecision(d)
+	if d.Outcome == lease.OutcomeRevoked && d.Write {
+		s.Log.Info("lease revoked", "lease", key.String(), "holder", req.Holder, "fencingToken", req.FencingToken, "expiresAt", d.Next.ExpiresAt, "subject", p.Subject)
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -264,7 +275,7 @@ func acquireResponse(d lease.Decision) leaseapi.AcquireResponse {
 	l := d.Next
 	return leaseapi.AcquireResponse{
 		Acquired: d.Held(), Holder: l.Holder, FencingToken: l.FencingToken,
-		AcquiredAt: l.AcquiredAt, RenewedAt: l.RenewedAt, ExpiresAt: l.ExpiresAt,
+		AcquiredAt: l.AcquiredAt, RenewedAt: l.RenewedAt, ExpiresAt: l.ExpiresAt, Revoked: l.Revoked,
 	}
 }
 
@@ -272,5 +283,6 @@ func wireLease(l store.Lease) leaseapi.Lease {
 	return leaseapi.Lease{
 		Namespace: l.Namespace, Name: l.Name, Holder: l.Holder, FencingToken: l.FencingToken,
 		TTLSeconds: int32(l.TTL / time.Second), AcquiredAt: l.AcquiredAt, RenewedAt: l.RenewedAt, ExpiresAt: l.ExpiresAt,
+		Revoked: l.Revoked,
 	}
 }

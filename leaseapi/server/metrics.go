@@ -43,7 +43,7 @@ func NewMetrics() *Metrics {
 		}, []string{"route"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "berth_leaseapi_outcomes_total",
-			Help: "Lease and registry requests by outcome: acquired, held-by-other, renewed, lost, released, conflict, unauthorized, invalid, error.",
+			Help: "Lease and registry requests by outcome: acquired, held-by-other, renewed, lost, released, revoked, conflict, unauthorized, invalid, error.",
 		}, []string{"outcome"}),
 		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "berth_leaseapi_store_duration_seconds",

@@ -374,8 +374,8 @@ func TestAdminMayReleaseAnyLease(t *testing.T) {
 	}
 	var l leaseapi.Lease
 	f.do(request{method: http.MethodGet, path: leasePath("ns", "lease", ""), token: tokenB}).decode(t, &l)
-	if l.Holder != "" || l.FencingToken != 1 {
-		t.Fatalf("after admin release: %+v, want free with token 1", l)
+	if l.Holder != "cluster-a/x" || l.FencingToken != 1 || !l.Revoked {
+		t.Fatalf("after admin release: %+v, want still cluster-a/x's term 1, revoked (revoke_test.go)", l)
 	}
 }
 
