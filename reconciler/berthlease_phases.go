@@ -179,6 +179,16 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 			mem.selfFenced = false
 			return
 		}
+		if res.Revoked && res.Holder == p.holder {
+			// An administrator revoked this cluster's term: hand it over.
+			// The token is kept to be released once no Pod runs (Decide
+			// stops them first); acquiring again would only wait out the
+			// term.
+			log.Info("lease revoked: stopping the Pods, then releasing", "token", res.FencingToken, "expiresAt", res.ExpiresAt)
+			mem.releaseToken = res.FencingToken
+			mem.term = nil
+			return
+		}
 		if mem.term != nil {
 			log.Info("lease lost", "token", mem.term.Token, "currentHolder", res.Holder)
 		}
