@@ -55,7 +55,7 @@ func TestClockNarrows(t *testing.T) {
 	for {
 		r := check()
 		if r.Uncertainty() < 250*time.Millisecond {
-			t.Logf("uncertainty %v at first, %v now", first.Uncertainty(), r.Uncertainty())
+			t.Logf("uncertainty %v at first, %v %v later", first.Uncertainty(), r.Uncertainty(), time.Until(deadline.Add(-30*time.Second)).Abs())
 			break
 		}
 		if time.Now().After(deadline) {

@@ -232,3 +232,21 @@ func TestRunSamples(t *testing.T) {
 		t.Error("no estimate after Run sampled")
 	}
 }
+
+// BenchmarkNow is the cost a lease operation pays to read a shared store's
+// clock: no round trip, a lock and the samples of the last MaxAge.
+func BenchmarkNow(b *testing.B) {
+	r := newRemote(time.Second, time.Millisecond, time.Microsecond)
+	c := New(r.read, Options{Clock: r.local})
+	for range DefaultMaxAge / DefaultInterval {
+		if err := c.Sample(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		r.local.Step(DefaultInterval)
+	}
+	for b.Loop() {
+		if _, err := c.Now(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
