@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -151,10 +152,16 @@ func newLeasesReleaseCommand(o *globalOptions) *cobra.Command {
 --admin-subjects may release another holder's lease.
 
 berthctl reads the lease and releases it in the name of its current holder and
-fencing token, so a release never frees a term that began after the read: if the
-lease changed hands in between, the server refuses with a conflict (exit 4).
-Releasing a free lease does nothing and succeeds. The holder's workload is not
-stopped by this; its agent finds the lease lost at its next renewal.`,
+fencing token, so a release never acts on a term that began after the read: if
+the lease changed hands in between, the server refuses with a conflict (exit 4).
+Releasing a free lease does nothing and succeeds.
+
+The server does not free another subject's live term at once, since its holder
+may still be running the workload: it revokes the term. The holder can no longer
+renew it; its agent learns so at its next renewal, stops its Pods and then
+releases the lease (a handover), and another cluster takes over. If the holder
+does not hand over, the term ends at its expiry, never earlier. A release of a
+term the caller itself owns (holder <subject> or <subject>/...) frees it at once.`,
 		Args: exactArgs("NAMESPACE/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := parseKey(args[0])
@@ -179,6 +186,17 @@ stopped by this; its agent finds the lease lost at its next renewal.`,
 				if errors.Is(err, client.ErrConflict) {
 					return fmt.Errorf("%w (the lease changed after it was read; look again with `berthctl leases get %s`)", err, key)
 				}
+				return err
+			}
+			// The answer is the same whether the term was freed or revoked:
+			// the lease as it is now tells which.
+			after, err := c.GetLease(ctx, key.Namespace, key.Name)
+			if err != nil {
+				return err
+			}
+			if after.Revoked && after.Holder == l.Holder && after.FencingToken == l.FencingToken {
+				_, err = fmt.Fprintf(o.out, "lease %s revoked: the holder %s (fencing token %d) stops its Pods and hands over; the term ends at latest at %s\n",
+					key, l.Holder, l.FencingToken, after.ExpiresAt.Format(time.RFC3339))
 				return err
 			}
 			_, err = fmt.Fprintf(o.out, "lease %s released (was held by %s with fencing token %d)\n", key, l.Holder, l.FencingToken)

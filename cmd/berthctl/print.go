@@ -95,8 +95,12 @@ func leaseTable(items []leaseapi.Lease, now time.Time, wide bool) table {
 	}
 	for _, l := range items {
 		holder, expires := l.Holder, until(now, l.ExpiresAt)
-		if holder == "" {
+		switch {
+		case holder == "":
 			holder, expires = none, none
+		case l.Revoked:
+			// Its holder hands it over; it ends at the latest at EXPIRES.
+			holder += " (revoked)"
 		}
 		r := []string{l.Namespace, l.Name, holder, strconv.Itoa(int(l.FencingToken)), expires}
 		if wide {

@@ -401,21 +401,44 @@ func TestLeasesRelease(t *testing.T) {
 		}
 	})
 
-	t.Run("by an admin frees another's lease", func(t *testing.T) {
-		r := berthctl(t, s.as("ops"), "leases", "release", "payments/exporter")
-		wantCode(t, r, 0)
-		if !strings.Contains(r.stdout, "released") || !strings.Contains(r.stdout, "east/payments") {
-			t.Errorf("stdout %q does not say what was released from whom", r.stdout)
+	t.Run("by an admin revokes another's live lease", func(t *testing.T) {
+		for range 2 { // the second finds it revoked already
+			r := berthctl(t, s.as("ops"), "leases", "release", "payments/exporter")
+			wantCode(t, r, 0)
+			if !strings.Contains(r.stdout, "revoked") || !strings.Contains(r.stdout, "east/payments") || !strings.Contains(r.stdout, "hands over") ||
+				!strings.Contains(r.stdout, held.ExpiresAt.Format(time.RFC3339)) {
+				t.Errorf("stdout %q does not say that east/payments's term was revoked and ends at latest at %s", r.stdout, held.ExpiresAt.Format(time.RFC3339))
+			}
 		}
 		l, err := east.GetLease(ctx, "payments", "exporter")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Holder != "" || l.FencingToken != held.FencingToken {
-			t.Errorf("lease after release: holder %q token %d, want free with token %d", l.Holder, l.FencingToken, held.FencingToken)
+		if l.Holder != "east/payments" || l.FencingToken != held.FencingToken || !l.Revoked {
+			t.Errorf("lease after an admin's release: %+v, want east/payments's term %d, revoked", l, held.FencingToken)
 		}
-		if renewed, err := east.Renew(ctx, "payments", "exporter", "east/payments", held.FencingToken, time.Minute); err != nil || renewed.Acquired {
-			t.Errorf("renew by the old holder after release: %+v, %v; want lost", renewed, err)
+		if renewed, err := east.Renew(ctx, "payments", "exporter", "east/payments", held.FencingToken, time.Minute); err != nil || renewed.Acquired || !renewed.Revoked {
+			t.Errorf("renew by the holder after the admin's release: %+v, %v; want refused, revoked", renewed, err)
+		}
+		// The holder hands over.
+		if err := east.Release(ctx, "payments", "exporter", "east/payments", held.FencingToken); err != nil {
+			t.Fatalf("holder's release of its revoked term: %v", err)
+		}
+	})
+
+	t.Run("of the admin's own lease frees it", func(t *testing.T) {
+		ops := s.client(t, "ops")
+		own, err := ops.Acquire(ctx, "payments", "own", "ops/maintenance", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := berthctl(t, s.as("ops"), "leases", "release", "payments/own")
+		wantCode(t, r, 0)
+		if !strings.Contains(r.stdout, "released") || !strings.Contains(r.stdout, "ops/maintenance") {
+			t.Errorf("stdout %q does not say what was released from whom", r.stdout)
+		}
+		if l, err := ops.GetLease(ctx, "payments", "own"); err != nil || l.Holder != "" || l.FencingToken != own.FencingToken {
+			t.Errorf("lease after its owner's release: %+v, %v; want free with token %d", l, err, own.FencingToken)
 		}
 	})
 

@@ -63,6 +63,7 @@ func TestLeaseTable(t *testing.T) {
 			AcquiredAt: now.Add(-2 * time.Hour), RenewedAt: now.Add(-18 * time.Second), ExpiresAt: now.Add(12 * time.Second)},
 		{Namespace: "batch", Name: "nightly", FencingToken: 7},
 		{Namespace: "batch", Name: "stale", Holder: "west/job", FencingToken: 1, ExpiresAt: now.Add(-time.Second)},
+		{Namespace: "batch", Name: "moving", Holder: "west", FencingToken: 4, ExpiresAt: now.Add(5 * time.Second), Revoked: true},
 	}
 	cases := map[string]struct {
 		wide bool
@@ -74,6 +75,7 @@ func TestLeaseTable(t *testing.T) {
 				{"payments", "exporter", "east", "3", "12s"},
 				{"batch", "nightly", "<none>", "7", "<none>"},
 				{"batch", "stale", "west/job", "1", "expired"},
+				{"batch", "moving", "west (revoked)", "4", "5s"},
 			},
 		}},
 		"wide": {wide: true, want: table{
@@ -82,6 +84,7 @@ func TestLeaseTable(t *testing.T) {
 				{"payments", "exporter", "east", "3", "12s", "30s", "120m", "18s"},
 				{"batch", "nightly", "<none>", "7", "<none>", "<none>", "<none>", "<none>"},
 				{"batch", "stale", "west/job", "1", "expired", "<none>", "<none>", "<none>"},
+				{"batch", "moving", "west (revoked)", "4", "5s", "<none>", "<none>", "<none>"},
 			},
 		}},
 	}
