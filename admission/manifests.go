@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/reconciler"
 )
 
@@ -24,6 +25,9 @@ const (
 	WebhookConfigurationName = "berth-workload-admission"
 	// PolicyName names the ValidatingAdmissionPolicy and its binding.
 	PolicyName = "berth-managed-pods"
+	// FinalizerPolicyName names the ValidatingAdmissionPolicy, and its
+	// binding, that reserves removing a BerthLease's finalizer to the agent.
+	FinalizerPolicyName = "berth-berthlease-finalizer"
 
 	mutatingWebhookName    = "pods.mutate.berth.skaphos.io"
 	validatingWebhookName  = "pods.validate.berth.skaphos.io"
@@ -60,7 +64,8 @@ const defaultTimeoutSeconds = 10
 
 // Manifests renders Berth's admission registrations: the MutatingWebhookConfiguration
 // (when opts.Mutate), the ValidatingWebhookConfiguration, and the ValidatingAdmissionPolicy
-// and its binding, in that order. Every registration fails closed (failurePolicy Fail) and
+// and its binding, and the ValidatingAdmissionPolicy that keeps BerthLeases' finalizer, and
+// its binding, in that order. Every registration fails closed (failurePolicy Fail) and
 // matches every namespace and object; match conditions on the old and the new object send
 // only requests that concern Berth's Pods, so Pods that are not managed never depend on the
 // webhook server. docs/admission.md gives the argument.
@@ -78,7 +83,8 @@ func Manifests(opts ManifestOptions) ([]ctrlclient.Object, error) {
 	if opts.Mutate {
 		objs = append(objs, mutatingConfiguration(opts))
 	}
-	objs = append(objs, validatingConfiguration(opts), policy(opts.OperatorUser), policyBinding())
+	objs = append(objs, validatingConfiguration(opts), policy(opts.OperatorUser), policyBinding(PolicyName),
+		finalizerPolicy(opts.OperatorUser), policyBinding(FinalizerPolicyName))
 	return objs, nil
 }
 
@@ -281,12 +287,62 @@ func policy(operatorUser string) *admissionregistrationv1.ValidatingAdmissionPol
 	}
 }
 
-func policyBinding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+// finalizerPolicy reserves removing the finalizer of a BerthLease to the agent. The
+// finalizer is what makes the agent stop a BerthLease's Pods and give its lease up before
+// the object goes; a BerthLease deleted without it would leave its Pods running with no one
+// renewing the lease, and another cluster would start the workload once it expired. (The
+// agent also stops the Pods of a BerthLease it finds gone, but only while it runs.) An
+// administrator who must remove the finalizer without the agent deletes this policy's
+// binding first, knowingly.
+func finalizerPolicy(operatorUser string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	return &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: FinalizerPolicyName, Labels: labels()},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{},
+				ObjectSelector:    &metav1.LabelSelector{},
+				MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+						Rule: admissionregistrationv1.Rule{
+							APIGroups:   []string{berthv1alpha1.GroupVersion.Group},
+							APIVersions: []string{"*"},
+							Resources:   []string{"berthleases"},
+							Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
+						},
+					},
+				}},
+			},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "removes-finalizer",
+				Expression: celHasFinalizer("oldObject") + " && !" + celHasFinalizer("object"),
+			}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: "request.userInfo.username == " + celString(operatorUser),
+				MessageExpression: celString("berth: removing finalizer "+reconciler.FinalizerName+" is reserved to the Berth agent ("+operatorUser+
+					"), which removes it once the BerthLease's Pods are stopped and its lease is given up; user ") +
+					" + request.userInfo.username + " + celString(" may not. Delete the BerthLease and let the agent finish"),
+				Message: "berth: removing finalizer " + reconciler.FinalizerName + " is reserved to the Berth agent",
+				Reason:  ptr.To(metav1.StatusReasonForbidden),
+			}},
+		},
+	}
+}
+
+// celHasFinalizer is true when obj carries the agent's finalizer.
+func celHasFinalizer(obj string) string {
+	return fmt.Sprintf("(has(%[1]s.metadata.finalizers) && %[2]s in %[1]s.metadata.finalizers)", obj, celString(reconciler.FinalizerName))
+}
+
+func policyBinding(name string) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: PolicyName, Labels: labels()},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels()},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        PolicyName,
+			PolicyName:        name,
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}

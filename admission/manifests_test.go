@@ -39,6 +39,7 @@ func TestDeployManifests(t *testing.T) {
 		"mutating-webhook.yaml":   {objs[0]},
 		"validating-webhook.yaml": {objs[1]},
 		"policy.yaml":             {objs[2], objs[3]},
+		"finalizer-policy.yaml":   {objs[4], objs[5]},
 	}
 	dir := filepath.Join("..", "deploy", "admission")
 	for name, objs := range files {
@@ -96,11 +97,11 @@ func TestManifestsOptions(t *testing.T) {
 	}{
 		"service, mutating": {
 			opts:      deployOptions,
-			wantKinds: []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds: []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 		},
 		"URL, validate-only": {
 			opts:      ManifestOptions{URL: "https://127.0.0.1:9443"},
-			wantKinds: []string{"ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds: []string{"ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 		},
 		"neither service nor URL": {opts: ManifestOptions{}, wantErr: "exactly one of Service and URL"},
 		"both": {
@@ -112,7 +113,7 @@ func TestManifestsOptions(t *testing.T) {
 		"service unnamed":   {opts: ManifestOptions{Service: &admissionregistrationv1.ServiceReference{Namespace: "x"}}, wantErr: "namespace and a name"},
 		"timeout too long":  {opts: ManifestOptions{URL: "https://x", TimeoutSeconds: 31}, wantErr: "TimeoutSeconds 31"},
 		"user not UTF-8":    {opts: ManifestOptions{URL: "https://x", OperatorUser: "\xff"}, wantErr: "not valid UTF-8"},
-		"user with a quote": {opts: ManifestOptions{URL: "https://x", OperatorUser: `a"b\c`}, wantKinds: []string{"ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
+		"user with a quote": {opts: ManifestOptions{URL: "https://x", OperatorUser: `a"b\c`}, wantKinds: []string{"ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

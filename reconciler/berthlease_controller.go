@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -50,7 +51,11 @@ const DefaultCallTimeout = 5 * time.Second
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+//
+// Leader election among the agent's replicas needs Leases in the agent's own
+// namespace only (deploy/ installs it in berth-system): a Role, never rights
+// over the Leases of kube-system or kube-node-lease.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=berth-system
 
 // BerthLeaseReconciler reconciles BerthLease resources by holding (or
 // renewing) a lease against the central API server and applying the
@@ -125,6 +130,9 @@ type memory struct {
 	selfFenced bool
 	// stopWatch ends the long poll that runs while the cluster waits.
 	stopWatch context.CancelFunc
+	// last is the BerthLease as last read: what is known of it if it
+	// vanishes (reconcileGone).
+	last *berthv1alpha1.BerthLease
 }
 
 // SetupWithManager registers the reconciler with the controller-runtime manager.
@@ -140,6 +148,9 @@ func (r *BerthLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("berth-agent")
+	}
+	if err := IndexBerthLeases(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&berthv1alpha1.BerthLease{}).
@@ -197,10 +208,7 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	bl := &berthv1alpha1.BerthLease{}
 	if err := r.Get(ctx, req.NamespacedName, bl); err != nil {
 		if apierrors.IsNotFound(err) {
-			// Gone without our finalizer (e.g. it was never added): drop
-			// what we kept of it and stop its long poll.
-			r.forgetName(req.NamespacedName)
-			return ctrl.Result{}, nil
+			return r.reconcileGone(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, fmt.Errorf("get BerthLease: %w", err)
 	}
@@ -215,17 +223,7 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 
 	mem := r.memoryOf(bl)
 	defer r.noteHolding(bl.UID, mem)
-	p := r.observe(ctx, bl, mem)
-	d := Decide(p.facts)
-	if d.Call != CallNone {
-		// Stopping never waits on the lease API.
-		if err := r.actOnPods(ctx, bl, p, d, PodsStop); err != nil {
-			log.Error(err, "stop Pods")
-		}
-		r.call(ctx, bl, p, mem, d.Call)
-		p = r.observe(ctx, bl, mem)
-		d = Decide(p.facts)
-	}
+	p, d := r.settle(ctx, bl, mem)
 	if err := r.actOnPods(ctx, bl, p, d, PodsStop); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -258,13 +256,128 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	return r.result(p, mem, d), nil
 }
 
+// settle gathers the facts and decides. A decision that calls the lease API
+// (or lets go of a term) is carried out at once and decided anew, so that
+// what the reconcile does next acts on the answer.
+func (r *BerthLeaseReconciler) settle(ctx context.Context, bl *berthv1alpha1.BerthLease, mem *memory) (*observation, Decision) {
+	p := r.observe(ctx, bl, mem)
+	d := r.decide(ctx, bl, p)
+	if d.Call == CallNone && !d.DropTerm {
+		return p, d
+	}
+	// Stopping never waits on the lease API.
+	if err := r.actOnPods(ctx, bl, p, d, PodsStop); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "stop Pods")
+	}
+	if d.DropTerm {
+		r.dropTerm(ctx, mem, p)
+	} else {
+		r.call(ctx, bl, p, mem, d.Call)
+	}
+	p = r.observe(ctx, bl, mem)
+	return p, r.decide(ctx, bl, p)
+}
+
+// decide is Decide, with what a release needs read first: a release must
+// not free a term that another BerthLease, or a BerthLease that is gone,
+// may still run under (checkRelease).
+func (r *BerthLeaseReconciler) decide(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation) Decision {
+	d := Decide(p.facts)
+	if d.Call != CallRelease {
+		return d
+	}
+	if err := r.checkRelease(ctx, bl, p); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "cannot confirm that nothing the term covers still runs; holding on to the lease")
+		p.facts.PodsUnknown = true
+	}
+	return Decide(p.facts)
+}
+
+// dropTerm lets go of the term without releasing it: another BerthLease
+// names the same lease and keeps renewing it, or it expires.
+func (r *BerthLeaseReconciler) dropTerm(ctx context.Context, mem *memory, p *observation) {
+	token := mem.releaseToken
+	if mem.term != nil {
+		token = mem.term.Token
+	}
+	logr.FromContextOrDiscard(ctx).Info("letting go of the term without releasing it: another BerthLease names the same lease",
+		"token", max(token, mem.recoverToken), "otherBerthLease", p.sharedWith)
+	mem.term, mem.recoverToken, mem.releaseToken = nil, 0, 0
+	mem.observed = client.AcquireResult{}
+}
+
+// reconcileGone handles a BerthLease that is gone from the API server
+// although its finalizer should have kept it until its lease was given up:
+// someone removed the finalizer, or the agent restarted and finds Pods that
+// name a BerthLease that no longer exists. Its running Pods are stopped, and
+// a term it held is kept (renewed) until they are gone and then released
+// (or let go of, when another BerthLease names the same lease), exactly as
+// for a BerthLease being deleted.
+func (r *BerthLeaseReconciler) reconcileGone(ctx context.Context, name types.NamespacedName) (ctrl.Result, error) {
+	live := &berthv1alpha1.BerthLease{}
+	switch err := r.APIReader.Get(ctx, name, live); {
+	case err == nil:
+		// The cache has not caught up; the object's event follows.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	case !apierrors.IsNotFound(err):
+		return ctrl.Result{}, fmt.Errorf("get BerthLease: %w", err)
+	}
+	bl, mem := r.goneOf(name)
+	mem.stopWatching()
+	p, d := r.settle(ctx, bl, mem)
+	if err := r.actOnPods(ctx, bl, p, d, PodsStop); err != nil {
+		return ctrl.Result{}, err
+	}
+	if d.Pods == PodsStop {
+		logr.FromContextOrDiscard(ctx).Info("stopping the Pods of a BerthLease that is gone (its finalizer was removed)", "runningPods", len(p.running))
+	}
+	if !d.RemoveFinalizer {
+		return r.result(p, mem, d), nil
+	}
+	r.forgetName(name)
+	leaseHeld.DeleteLabelValues(r.ClusterIdentity, name.Namespace, name.Name)
+	deadlineRemaining.DeleteLabelValues(r.ClusterIdentity, name.Namespace, name.Name)
+	return ctrl.Result{}, nil
+}
+
+// goneOf is what is known of a BerthLease that is gone: the last seen
+// object and its memory, or, when the agent never saw it (it restarted),
+// a stand-in that knows only the name, with the shortest TTL, so that its
+// Pods are stopped with the shortest grace period. Either is marked deleted.
+func (r *BerthLeaseReconciler) goneOf(name types.NamespacedName) (*berthv1alpha1.BerthLease, *memory) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var found *memory
+	for _, m := range r.memory {
+		if m.name == name && m.last != nil && (found == nil || m.term != nil) {
+			found = m
+		}
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	if found != nil {
+		bl := found.last.DeepCopy()
+		bl.DeletionTimestamp = &now
+		return bl, found
+	}
+	bl := &berthv1alpha1.BerthLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name, DeletionTimestamp: &now},
+		Spec:       berthv1alpha1.BerthLeaseSpec{TTLSeconds: minTTLSeconds, HeartbeatIntervalSeconds: 1},
+	}
+	return bl, &memory{name: name, started: true}
+}
+
 // result schedules the next look: at the decision's wake-up, or, while
 // waiting for another holder's lease, when that lease could next be free.
 func (r *BerthLeaseReconciler) result(p *observation, mem *memory, d Decision) ctrl.Result {
 	now := r.Clock.Now()
 	wake := d.Wake
-	if wake.IsZero() && !p.facts.mustYield() && p.facts.Term == nil {
+	switch {
+	case !wake.IsZero():
+	case !p.facts.mustYield() && p.facts.Term == nil:
 		wake = now.Add(r.waitInterval(p, mem))
+	case p.facts.Shadowed && !p.facts.Deleting:
+		// No event says when the older BerthLease is gone for good.
+		wake = now.Add(p.heartbeat)
 	}
 	if wake.IsZero() {
 		return ctrl.Result{}
@@ -299,11 +412,12 @@ func (r *BerthLeaseReconciler) waitInterval(p *observation, mem *memory) time.Du
 func (r *BerthLeaseReconciler) memoryOf(bl *berthv1alpha1.BerthLease) *memory {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if m, ok := r.memory[bl.UID]; ok {
-		return m
+	m, ok := r.memory[bl.UID]
+	if !ok {
+		m = &memory{name: ctrlclient.ObjectKeyFromObject(bl)}
+		r.memory[bl.UID] = m
 	}
-	m := &memory{name: ctrlclient.ObjectKeyFromObject(bl)}
-	r.memory[bl.UID] = m
+	m.last = bl.DeepCopy()
 	return m
 }
 

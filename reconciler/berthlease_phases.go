@@ -27,6 +27,9 @@ type observation struct {
 	specErr error
 	// yieldReason and yieldMessage explain Facts.Cordoned.
 	yieldReason, yieldMessage string
+	// shadowedBy names the older BerthLease that explains Facts.Shadowed;
+	// sharedWith names a BerthLease that explains Facts.KeyShared.
+	shadowedBy, sharedWith string
 	// running are ungated, unfinished managed Pods; gated are this
 	// BerthLease's Pods waiting behind the gate.
 	running, gated []corev1.Pod
@@ -36,6 +39,10 @@ type observation struct {
 	managed int
 }
 
+// minTTLSeconds is the shortest TTL a BerthLease may ask for (the CRD's
+// minimum too).
+const minTTLSeconds = 3
+
 // validateSpec checks what CEL cannot: that a holder is known, and the
 // timing again in case an object slipped past validation.
 func (r *BerthLeaseReconciler) validateSpec(bl *berthv1alpha1.BerthLease) error {
@@ -43,8 +50,8 @@ func (r *BerthLeaseReconciler) validateSpec(bl *berthv1alpha1.BerthLease) error 
 	switch {
 	case r.holder(bl) == "":
 		return errors.New("no holder identity: set spec.holderIdentity or run the agent with --cluster-id")
-	case s.TTLSeconds < 3:
-		return fmt.Errorf("ttlSeconds %d is below the minimum of 3", s.TTLSeconds)
+	case s.TTLSeconds < minTTLSeconds:
+		return fmt.Errorf("ttlSeconds %d is below the minimum of %d", s.TTLSeconds, minTTLSeconds)
 	case s.HeartbeatIntervalSeconds < 1 || s.HeartbeatIntervalSeconds*3 > s.TTLSeconds:
 		return fmt.Errorf("heartbeatIntervalSeconds %d must be between 1 and a third of ttlSeconds (%d)", s.HeartbeatIntervalSeconds, s.TTLSeconds)
 	}
@@ -76,6 +83,11 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 	if r.Membership != nil {
 		p.yieldReason, p.yieldMessage = r.Membership()
 	}
+	if name, err := r.shadowedBy(ctx, bl); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "cannot tell whether an older BerthLease names this lease")
+	} else {
+		p.shadowedBy = name
+	}
 	now := r.Clock.Now()
 	if t := mem.term; t != nil && !now.Before(t.Deadline) && !mem.selfFenced {
 		mem.selfFenced = true
@@ -87,6 +99,7 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 		Deleting:     !bl.DeletionTimestamp.IsZero(),
 		Invalid:      p.specErr != nil,
 		Cordoned:     p.yieldReason != "",
+		Shadowed:     p.shadowedBy != "",
 		Term:         mem.term,
 		RecoverToken: mem.recoverToken,
 		ReleaseToken: mem.releaseToken,

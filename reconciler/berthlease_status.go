@@ -30,6 +30,7 @@ const (
 	ReasonRenewed             = "Renewed"
 	ReasonReachable           = "Reachable"
 	ReasonSelfFenced          = "SelfFenced"
+	ReasonLeaseNameInUse      = "LeaseNameInUse"
 )
 
 // statusInput is what the status is computed from.
@@ -43,6 +44,8 @@ type statusInput struct {
 	managed    int
 	// yieldReason and yieldMessage say why the fleet asks for a handover.
 	yieldReason, yieldMessage string
+	// shadowedBy names the older BerthLease that names the same lease.
+	shadowedBy string
 }
 
 // computeStatus is the status the facts describe. It is pure: conditions keep
@@ -59,6 +62,8 @@ func computeStatus(old berthv1alpha1.BerthLeaseStatus, in statusInput) berthv1al
 	switch {
 	case f.Term != nil:
 		st.LeaseState = StateHeld
+	case f.Shadowed && !f.Deleting:
+		st.LeaseState = StateWaiting
 	case f.mustYield() && f.RecoverToken == 0 && f.ReleaseToken == 0:
 		st.LeaseState = StateReleased
 	default:
@@ -94,6 +99,9 @@ func acquiredCondition(in statusInput) metav1.Condition {
 		c.Message = fmt.Sprintf("held by %s with fencing token %d", f.Term.Holder, f.Term.Token)
 	case f.Deleting:
 		c.Reason, c.Message = ReasonDeleting, "the BerthLease is being deleted; the lease is given up"
+	case f.Shadowed:
+		c.Reason = ReasonLeaseNameInUse
+		c.Message = fmt.Sprintf("BerthLease %s, made earlier, names the same lease; this one waits until it is gone", in.shadowedBy)
 	case f.Cordoned:
 		c.Reason, c.Message = in.yieldReason, in.yieldMessage
 		if c.Reason == "" {
@@ -172,7 +180,7 @@ func (r *BerthLeaseReconciler) writeStatus(ctx context.Context, bl *berthv1alpha
 		st = computeStatus(old, statusInput{
 			generation: bl.Generation, holder: p.holder, facts: p.facts, decision: d,
 			mem: *mem, specErr: p.specErr, managed: p.managed,
-			yieldReason: p.yieldReason, yieldMessage: p.yieldMessage,
+			yieldReason: p.yieldReason, yieldMessage: p.yieldMessage, shadowedBy: p.shadowedBy,
 		})
 		if equality.Semantic.DeepEqual(st, old) {
 			return nil

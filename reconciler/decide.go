@@ -41,6 +41,15 @@ type Facts struct {
 	PodsUnknown bool
 	// GatedPods are managed Pods of this BerthLease waiting behind the gate.
 	GatedPods int
+	// Shadowed: another BerthLease of this namespace, made earlier, names
+	// the same lease. One lease key has one term in a cluster, and only the
+	// oldest BerthLease that names it acts on it; the others wait.
+	Shadowed bool
+	// KeyShared: a read of the API server just before a release found
+	// another BerthLease naming the same lease. The term is then also
+	// theirs: releasing it could free it while their Pods run, so it is let
+	// go of without a release (it is renewed by them or it expires).
+	KeyShared bool
 }
 
 // Call is the lease API call a decision asks for.
@@ -74,6 +83,9 @@ type Decision struct {
 	// RemoveFinalizer: the BerthLease is being deleted and nothing of it
 	// runs or is held any more.
 	RemoveFinalizer bool
+	// DropTerm: forget the term and tokens without releasing them, because
+	// another BerthLease names the same lease (Facts.KeyShared).
+	DropTerm bool
 	// Wake is when to look again at the latest, zero for "on the next event".
 	Wake time.Time
 }
@@ -90,7 +102,7 @@ func (f Facts) MayRun() bool {
 }
 
 // mustYield: the cluster must give the lease up whether or not it holds it.
-func (f Facts) mustYield() bool { return f.Deleting || f.Invalid || f.Cordoned }
+func (f Facts) mustYield() bool { return f.Deleting || f.Invalid || f.Cordoned || f.Shadowed }
 
 // Decide is the hold/wait/stop decision. It is pure: the same facts always
 // give the same decision.
@@ -121,6 +133,10 @@ func Decide(f Facts) Decision {
 		}
 		return d
 
+	case (f.Term != nil || f.RecoverToken > 0 || f.ReleaseToken > 0) && f.KeyShared:
+		// Nothing of ours runs, but the term is another BerthLease's too.
+		return Decision{DropTerm: true}
+
 	case f.Term != nil || f.RecoverToken > 0 || f.ReleaseToken > 0:
 		// Nothing runs any more: give the lease up. A successful release is
 		// followed by a fresh decision in the same reconcile, so Wake only
@@ -130,8 +146,9 @@ func Decide(f Facts) Decision {
 	case f.Deleting:
 		return Decision{RemoveFinalizer: true}
 
-	case f.Invalid, f.Cordoned:
-		// Wait for the spec to change or the cordon to lift; both wake us.
+	case f.Invalid, f.Cordoned, f.Shadowed:
+		// Wait for the spec to change, the cordon to lift or the older
+		// BerthLease to go.
 		return Decision{}
 	}
 	return Decision{Call: CallAcquire}

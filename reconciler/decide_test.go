@@ -41,6 +41,8 @@ func deleting(f *Facts)                  { f.Deleting = true }
 func invalid(f *Facts)                   { f.Invalid = true }
 func cordoned(f *Facts)                  { f.Cordoned = true }
 func podsUnknown(f *Facts)               { f.PodsUnknown = true }
+func shadowed(f *Facts)                  { f.Shadowed = true }
+func keyShared(f *Facts)                 { f.KeyShared = true }
 
 func TestDecide(t *testing.T) {
 	poll := t0.Add(stopPollInterval)
@@ -234,6 +236,36 @@ func TestDecide(t *testing.T) {
 			want:  Decision{},
 		},
 
+		// Two BerthLeases name one lease: one term, acted on by the older.
+		"shadowed, nothing held: wait, never acquire": {
+			facts: facts(shadowed, withGated(2)),
+			want:  Decision{},
+		},
+		"shadowed, held, Pods run: stop them, keep renewing": {
+			facts: facts(shadowed, withTerm(renewDueTerm()), withRunning(2)),
+			want:  stopAndRenew,
+		},
+		"shadowed, held, nothing runs, key unconfirmed: ask to release (the release is checked first)": {
+			facts: facts(shadowed, withTerm(heldTerm())),
+			want:  release,
+		},
+		"key shared, held, nothing runs: let go of the term without releasing it": {
+			facts: facts(shadowed, keyShared, withTerm(heldTerm())),
+			want:  Decision{DropTerm: true},
+		},
+		"deleting, key shared, release token: let go of it": {
+			facts: facts(deleting, keyShared, withRelease(4)),
+			want:  Decision{DropTerm: true},
+		},
+		"deleting, key shared, Pods run: stop them first": {
+			facts: facts(deleting, keyShared, withTerm(heldTerm()), withRunning(1)),
+			want:  stopping,
+		},
+		"deleting, key shared, nothing held: remove the finalizer": {
+			facts: facts(deleting, keyShared),
+			want:  Decision{RemoveFinalizer: true},
+		},
+
 		// Waiting.
 		"waiting: acquire": {
 			facts: facts(),
@@ -271,7 +303,7 @@ func violations(f Facts, d Decision) []string {
 	recovering := f.Term == nil && f.RecoverToken > 0 && !f.mustYield()
 
 	// MayRun itself.
-	wantMayRun := f.Term != nil && f.Now.Before(f.Term.Deadline) && !f.Deleting && !f.Invalid && !f.Cordoned
+	wantMayRun := f.Term != nil && f.Now.Before(f.Term.Deadline) && !f.Deleting && !f.Invalid && !f.Cordoned && !f.Shadowed
 	check(mayRun == wantMayRun, "MayRun() = %v, want %v", mayRun, wantMayRun)
 
 	// Safety.
@@ -284,6 +316,10 @@ func violations(f Facts, d Decision) []string {
 	check(d.Call != CallRelease || !podsMayRun, "CallRelease while Pods may run")
 	check(d.Call != CallRelease || !mayRun, "CallRelease while the term may run")
 	check(d.Call != CallRelease || holdsSomething, "CallRelease with nothing to release")
+	check(d.Call != CallRelease || !f.KeyShared, "CallRelease of a term another BerthLease shares")
+	check(!d.DropTerm || (f.KeyShared && holdsSomething), "DropTerm of a term nobody else shares")
+	check(!d.DropTerm || !podsMayRun, "DropTerm while Pods may run")
+	check(!d.DropTerm || d.Call == CallNone, "DropTerm with a call")
 	check(!d.RemoveFinalizer || f.Deleting, "RemoveFinalizer while not deleting")
 	check(!d.RemoveFinalizer || !podsMayRun, "RemoveFinalizer while Pods may run")
 	check(!d.RemoveFinalizer || !holdsSomething, "RemoveFinalizer while a term or token is held")
@@ -301,7 +337,7 @@ func violations(f Facts, d Decision) []string {
 	}
 	check(d.Phase == PhaseActive || d.Wake.IsZero() || d.Wake.After(f.Now), "Wake %v not after Now in phase %q: a hot loop", d.Wake, d.Phase)
 	check(d.Phase != PhaseActive || !d.Wake.IsZero(), "active without a wake-up")
-	check(d.Call != CallNone || d.Pods != PodsNone || d.RemoveFinalizer || d.Phase == PhaseActive || f.mustYield(),
+	check(d.Call != CallNone || d.Pods != PodsNone || d.RemoveFinalizer || d.DropTerm || d.Phase == PhaseActive || f.mustYield(),
 		"nothing to do while free to act")
 	return out
 }
@@ -340,19 +376,23 @@ func TestDecideInvariants(t *testing.T) {
 	for _, del := range bools {
 		for _, inv := range bools {
 			for _, cord := range bools {
-				for ts := termNone; ts < termStates; ts++ {
-					for _, rec := range []int32{0, 5} {
-						for _, rel := range []int32{0, 4} {
-							for _, running := range []int{0, 1} {
-								for _, unknown := range bools {
-									for _, gated := range []int{0, 1} {
-										f := Facts{
-											Now: t0, Deleting: del, Invalid: inv, Cordoned: cord,
-											Term: ts.term(), RecoverToken: rec, ReleaseToken: rel,
-											RunningPods: running, PodsUnknown: unknown, GatedPods: gated,
+				for _, shadow := range bools {
+					for _, shared := range bools {
+						for ts := termNone; ts < termStates; ts++ {
+							for _, rec := range []int32{0, 5} {
+								for _, rel := range []int32{0, 4} {
+									for _, running := range []int{0, 1} {
+										for _, unknown := range bools {
+											for _, gated := range []int{0, 1} {
+												f := Facts{
+													Now: t0, Deleting: del, Invalid: inv, Cordoned: cord, Shadowed: shadow, KeyShared: shared,
+													Term: ts.term(), RecoverToken: rec, ReleaseToken: rel,
+													RunningPods: running, PodsUnknown: unknown, GatedPods: gated,
+												}
+												n++
+												checkDecision(t, f)
+											}
 										}
-										n++
-										checkDecision(t, f)
 									}
 								}
 							}
@@ -362,7 +402,7 @@ func TestDecideInvariants(t *testing.T) {
 			}
 		}
 	}
-	if want := 2 * 2 * 2 * int(termStates) * 2 * 2 * 2 * 2 * 2; n != want {
+	if want := 2 * 2 * 2 * 2 * 2 * int(termStates) * 2 * 2 * 2 * 2 * 2; n != want {
 		t.Fatalf("enumerated %d combinations, want %d", n, want)
 	}
 }
@@ -392,8 +432,8 @@ func describe(f Facts) string {
 	if f.Term != nil {
 		t = fmt.Sprintf("{token %d, renew %v, deadline %v}", f.Term.Token, f.Term.RenewDue.Sub(f.Now), f.Term.Deadline.Sub(f.Now))
 	}
-	return fmt.Sprintf("deleting=%v invalid=%v cordoned=%v term=%s recover=%d release=%d running=%d unknown=%v gated=%d",
-		f.Deleting, f.Invalid, f.Cordoned, t, f.RecoverToken, f.ReleaseToken, f.RunningPods, f.PodsUnknown, f.GatedPods)
+	return fmt.Sprintf("deleting=%v invalid=%v cordoned=%v shadowed=%v keyShared=%v term=%s recover=%d release=%d running=%d unknown=%v gated=%d",
+		f.Deleting, f.Invalid, f.Cordoned, f.Shadowed, f.KeyShared, t, f.RecoverToken, f.ReleaseToken, f.RunningPods, f.PodsUnknown, f.GatedPods)
 }
 
 func FuzzDecide(f *testing.F) {
@@ -405,6 +445,8 @@ func FuzzDecide(f *testing.F) {
 	f.Add(uint8(0b0010), false, int64(0), int64(0), int32(3), int32(0), 1, 0)
 	f.Add(uint8(0b0100), false, int64(0), int64(0), int32(0), int32(3), 0, 1)
 	f.Add(uint8(0b1000), false, int64(0), int64(0), int32(0), int32(3), 0, 0)
+	f.Add(uint8(0b110000), true, int64(5000), int64(10000), int32(0), int32(0), 0, 0)
+	f.Add(uint8(0b010000), true, int64(-1000), int64(10000), int32(0), int32(0), 1, 1)
 	f.Fuzz(func(t *testing.T, flags uint8, hasTerm bool, renewMs, deadlineMs int64, rec, rel int32, running, gated int) {
 		fa := Facts{
 			Now:          t0,
@@ -412,6 +454,8 @@ func FuzzDecide(f *testing.F) {
 			Invalid:      flags&2 != 0,
 			Cordoned:     flags&4 != 0,
 			PodsUnknown:  flags&8 != 0,
+			Shadowed:     flags&16 != 0,
+			KeyShared:    flags&32 != 0,
 			RecoverToken: rec,
 			ReleaseToken: rel,
 			RunningPods:  running,

@@ -7,9 +7,13 @@ import (
 // BerthLeaseSpec names the lease a workload runs under and its timing.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.heartbeatIntervalSeconds) || !has(self.ttlSeconds) || self.heartbeatIntervalSeconds * 3 <= self.ttlSeconds",message="heartbeatIntervalSeconds must be at most a third of ttlSeconds, so that a renewal can fail and be retried, and Pods be stopped, before the lease runs out"
+// +kubebuilder:validation:XValidation:rule="(has(self.leaseName) ? self.leaseName : '') == (has(oldSelf.leaseName) ? oldSelf.leaseName : '')",message="leaseName is immutable: the agent holds the lease it names while its Pods may run; to move a workload to another lease, make a new BerthLease and delete this one"
 type BerthLeaseSpec struct {
 	// LeaseName is the lease's name at the lease API; the key is
 	// {namespace of this BerthLease}/{leaseName}. Defaults to this object's name.
+	// It cannot be changed. Within a namespace, only the oldest BerthLease
+	// naming a lease acts on it; the others wait (condition reason
+	// LeaseNameInUse) until it is gone.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`

@@ -91,6 +91,9 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 	if err := mgr.Add(members); err != nil {
 		return err
 	}
+	if err := reconciler.IndexBerthLeases(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	if err := mcbuilder.ControllerManagedBy(mgr).
 		For(&berthv1alpha1.BerthLease{}).
 		Watches(&corev1.Pod{}, mchandler.EnqueueRequestsFromMapFunc(reconciler.PodToBerthLease),

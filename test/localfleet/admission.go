@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,28 +30,64 @@ import (
 // proves that those manifests are enough.
 var agentGroups = []string{"system:serviceaccounts", "system:serviceaccounts:berth-system"}
 
-// grantAgentAccess creates deploy/rbac's ClusterRole and binds it to the
-// agent's user, and writes the kubeconfig the agent runs with.
+// grantAgentAccess creates deploy/rbac's ClusterRole and its Role in the
+// agent's namespace, binds both to the agent's user, and writes the
+// kubeconfig the agent runs with.
 func (m *Member) grantAgentAccess(ctx context.Context) error {
-	data, err := os.ReadFile(filepath.Join(repoDir(), "deploy", "rbac", "role.yaml"))
+	objs, err := agentRBAC()
 	if err != nil {
 		return err
 	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.UnmarshalStrict(data, role); err != nil {
-		return fmt.Errorf("read deploy/rbac/role.yaml: %w", err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: admission.DefaultOperatorUser}},
-	}
-	for _, obj := range []ctrlclient.Object{role, binding} {
+	for _, obj := range objs {
 		if err := m.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("%s: create %s %s: %w", m.Name, obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
 		}
 	}
 	return m.Cluster.WriteKubeconfigAs(m.agentKubeconfig(), admission.DefaultOperatorUser, agentGroups...)
+}
+
+// agentRBAC reads deploy/rbac/role.yaml (a ClusterRole, and a Role in the
+// agent's namespace) and returns what installs it for the agent's user:
+// the namespace, the roles and their bindings.
+func agentRBAC() ([]ctrlclient.Object, error) {
+	data, err := os.ReadFile(filepath.Join(repoDir(), "deploy", "rbac", "role.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	subjects := []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: admission.DefaultOperatorUser}}
+	var objs []ctrlclient.Object
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			return nil, fmt.Errorf("read deploy/rbac/role.yaml: %w", err)
+		}
+		switch meta.Kind {
+		case "ClusterRole":
+			role := &rbacv1.ClusterRole{}
+			if err := yaml.UnmarshalStrict([]byte(doc), role); err != nil {
+				return nil, fmt.Errorf("read deploy/rbac/role.yaml: %w", err)
+			}
+			objs = append(objs, role, &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+				Subjects:   subjects,
+			})
+		case "Role":
+			role := &rbacv1.Role{}
+			if err := yaml.UnmarshalStrict([]byte(doc), role); err != nil {
+				return nil, fmt.Errorf("read deploy/rbac/role.yaml: %w", err)
+			}
+			objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: role.Namespace}}, role, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: role.Namespace, Name: role.Name},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+				Subjects:   subjects,
+			})
+		case "":
+		default:
+			return nil, fmt.Errorf("deploy/rbac/role.yaml: unexpected kind %q", meta.Kind)
+		}
+	}
+	return objs, nil
 }
 
 func (m *Member) agentKubeconfig() string { return filepath.Join(m.dir, "berth-agent.kubeconfig") }
