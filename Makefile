@@ -16,6 +16,7 @@ FUZZ_TARGETS := \
 	./leaseapi:FuzzDecode \
 	./leaseapi:FuzzParseKey \
 	./leaseapi/lease:FuzzMachine \
+	./leaseapi/server:FuzzServer \
 	./admission:FuzzDecideCreate \
 	./admission:FuzzDecideUpdate \
 	./reconciler:FuzzDecide

@@ -112,7 +112,7 @@ func newFixture(t *testing.T, opts fixtureOptions) *fixture {
 }
 
 // writeTokenFile writes a token file of subject -> token and loads it.
-func writeTokenFile(t *testing.T, path string, tokens map[string]string) *TokenFile {
+func writeTokenFile(t testing.TB, path string, tokens map[string]string) *TokenFile {
 	t.Helper()
 	rewriteTokenFile(t, path, tokens)
 	tf, err := LoadTokenFile(path)
@@ -122,7 +122,7 @@ func writeTokenFile(t *testing.T, path string, tokens map[string]string) *TokenF
 	return tf
 }
 
-func rewriteTokenFile(t *testing.T, path string, tokens map[string]string) {
+func rewriteTokenFile(t testing.TB, path string, tokens map[string]string) {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("# subject:sha256-hex-of-token\n\n")
@@ -181,21 +181,31 @@ func doWith(t *testing.T, client *http.Client, base string, req request) respons
 		t.Fatalf("%s %s: read body: %v", req.method, req.path, err)
 	}
 	out := response{code: res.StatusCode, header: res.Header, body: data}
-	if res.Header.Get(leaseapi.RequestIDHeader) == "" {
-		t.Errorf("%s %s: answer %d has no %s", req.method, req.path, res.StatusCode, leaseapi.RequestIDHeader)
-	}
-	if res.StatusCode >= 400 {
-		if ct := res.Header.Get("Content-Type"); ct != "application/json" {
-			t.Errorf("%s %s: error %d has Content-Type %q", req.method, req.path, res.StatusCode, ct)
-		}
-		var e map[string]any
-		if err := json.Unmarshal(data, &e); err != nil {
-			t.Errorf("%s %s: error %d body %q is not JSON: %v", req.method, req.path, res.StatusCode, data, err)
-		} else if msg, ok := e["error"].(string); !ok || msg == "" {
-			t.Errorf("%s %s: error %d body %s has no error message", req.method, req.path, res.StatusCode, data)
-		}
+	for _, err := range checkAnswer(out) {
+		t.Errorf("%s %s: %v", req.method, req.path, err)
 	}
 	return out
+}
+
+// checkAnswer returns how r breaks what every answer must carry: an
+// X-Request-Id, and for an error a JSON body {"error": "..."}.
+func checkAnswer(r response) []error {
+	var errs []error
+	if r.header.Get(leaseapi.RequestIDHeader) == "" {
+		errs = append(errs, fmt.Errorf("answer %d has no %s", r.code, leaseapi.RequestIDHeader))
+	}
+	if r.code >= 400 {
+		if ct := r.header.Get("Content-Type"); ct != "application/json" {
+			errs = append(errs, fmt.Errorf("error %d has Content-Type %q", r.code, ct))
+		}
+		var e map[string]any
+		if err := json.Unmarshal(r.body, &e); err != nil {
+			errs = append(errs, fmt.Errorf("error %d body %q is not JSON: %w", r.code, r.body, err))
+		} else if msg, ok := e["error"].(string); !ok || msg == "" {
+			errs = append(errs, fmt.Errorf("error %d body %s has no error message", r.code, r.body))
+		}
+	}
+	return errs
 }
 
 // errorMessage is the "error" of an error body.
