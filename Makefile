@@ -79,6 +79,22 @@ fuzz: ## Run each fuzz target for FUZZTIME executions (default 50000x).
 		$(GO) test -run='^$$' -fuzz="^$$fn$$" -fuzztime=$(FUZZTIME) $$pkg; \
 	done
 
+# `make soak` runs SEEDS random chaos schedules on one fleet (DURATION, e.g. 30m, stops
+# drawing new ones early), or replays SEED=s[,s...]. It prints each schedule's verdict, the
+# seed of every failure, and a summary line; the whole log goes to SOAK_LOG.
+SEEDS    ?= 20
+SEED     ?=
+DURATION ?=
+SOAK_LOG ?= $(BIN)/soak.log
+
+.PHONY: soak
+soak: tools ## Run SEEDS random chaos schedules on one fleet (or replay SEED=s), printing failing seeds and a summary.
+	@mkdir -p $(BIN)
+	@{ BERTH_CHAOS_SEED=$(SEED) BERTH_CHAOS_SEEDS=$(SEEDS) BERTH_CHAOS_DURATION=$(DURATION) \
+		$(GO) test -count=1 -timeout 0 -v -run '^TestChaos$$' ./test/chaos 2>&1; echo "exit $$?"; } \
+		| tee $(SOAK_LOG) | grep --line-buffered -E '^(chaos|soak):|^ +|^(--- FAIL|FAIL|panic)' | grep --line-buffered -v -E '^ +[a-z_]+\.go:[0-9]+:'
+	@echo "full log: $(SOAK_LOG)"; tail -n 1 $(SOAK_LOG) | grep -qx 'exit 0'
+
 .PHONY: bench
 bench: build ## Run the benchmarks and print the figures quoted in docs/benchmarks.md.
 	hack/bench.sh

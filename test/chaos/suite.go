@@ -42,7 +42,7 @@ func NewSuite(f *localfleet.Fleet, w localfleet.Workload, berthctl string, logf 
 	if err != nil {
 		return nil, err
 	}
-	s := &Suite{Fleet: f, Workload: w, Logf: logf, Converge: 60 * time.Second,
+	s := &Suite{Fleet: f, Workload: w, Logf: logf, Converge: 30 * time.Second,
 		Timing: Timing{TTL: time.Duration(w.TTLSeconds) * time.Second, MinSteps: 2, MaxSteps: 5, MaxWait: 2500 * time.Millisecond}}
 	s.Nemesis = &Nemesis{Fleet: f, Workload: w, Berthctl: berthctl, Clients: proxy, Logf: logf}
 	for i, url := range []string{f.LeaseAPI.URL, "http://" + proxy.Addr, "http://" + proxy.Addr} {
@@ -130,23 +130,24 @@ func (s *Suite) Run(ctx context.Context, sched Schedule) Report {
 	<-hammered
 
 	if err := s.awaitConvergence(ctx, rec, s.Converge); err != nil {
+		// Repair as an operator would: delete the Pods no agent will stop,
+		// restart every agent, and look again.
 		r.Unconverged = err.Error()
-		s.Logf("seed %d: not converged: %v; removing stray Pods", sched.Seed, err)
+		s.Logf("seed %d: not converged: %v; removing stray Pods and restarting every agent", sched.Seed, err)
 		strays, err := s.Nemesis.RemoveStrays(ctx)
 		r.Strays = strays
 		if err != nil {
 			s.Logf("remove strays: %v", err)
 		}
-		if err := s.awaitConvergence(ctx, rec, s.Converge); err != nil {
-			s.Logf("still not converged: %v; restarting every agent", err)
-			for _, m := range s.Fleet.Members {
-				m.StopAgent()
-				_ = m.StartAgent(m.Name)
+		for _, m := range s.Fleet.Members {
+			m.StopAgent()
+			if err := m.StartAgent(m.Name); err != nil {
+				s.Logf("restart %s's agent: %v", m.Name, err)
 			}
-			if err := s.awaitConvergence(ctx, rec, s.Converge); err != nil {
-				r.Unconverged += "; after removing strays and restarting every agent: " + err.Error()
-				r.Broken = true
-			}
+		}
+		if err := s.awaitConvergence(ctx, rec, 2*s.Converge); err != nil {
+			r.Unconverged += "; after removing strays and restarting every agent: " + err.Error()
+			r.Broken = true
 		}
 	}
 	hist := rec.Stop()
