@@ -242,6 +242,9 @@ func serverSeeds() []string {
 		"POST " + lease + "/renew HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer " + tokenA +
 			"\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}",
 		"GET /healthz HTTP/1.0\r\n\r\n",
+		// Targets that are not paths, which the mux would answer in plain text.
+		"GET * HTTP/1.1\r\nHost: berth\r\n\r\n",
+		"CONNECT berth:8443 HTTP/1.1\r\nHost: berth:8443\r\n\r\n",
 		"GET http://berth:8443" + lease + " HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer " + tokenA + "\r\nX-Request-Id: caller-7\r\n\r\n",
 	}
 	return seeds

@@ -102,8 +102,23 @@ func (s *Server) routes() http.Handler {
 	for _, pattern := range patterns {
 		mux.Handle(pattern, s.serve(pattern, byPattern[pattern]))
 	}
-	mux.Handle("/", s.serve("unmatched", nil))
-	return withRequestID(s.readBody(mux))
+	unmatched := s.serve("unmatched", nil)
+	mux.Handle("/", unmatched)
+	return withRequestID(s.readBody(routable(mux, unmatched)))
+}
+
+// routable hands unmatched the requests whose target is not a path, which
+// the mux would answer itself in plain text: the asterisk form ("*", which
+// Go's server passes on for every method but OPTIONS) and CONNECT's
+// authority form.
+func routable(mux, unmatched http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/") {
+			unmatched.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 type requestIDKey struct{}
