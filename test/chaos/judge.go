@@ -74,6 +74,10 @@ func Judge(h history.History, faults []Fault, outages []Outage, ttl, heartbeat t
 			continue
 		}
 		e := Episode{Start: h[i].At}
+		began := e.Start
+		if i > 0 {
+			began = h[i-1].At // it began after the sweep before
+		}
 		seen := map[string]bool{}
 		for ; i < len(h) && len(h[i].Holders()) > 1; i++ {
 			for _, c := range h[i].Holders() {
@@ -86,10 +90,6 @@ func Judge(h history.History, faults []Fault, outages []Outage, ttl, heartbeat t
 			e.Clusters = append(e.Clusters, c)
 		}
 		slices.Sort(e.Clusters)
-		began := e.Start
-		if i := slices.IndexFunc(h, func(s history.Sweep) bool { return s.At.Equal(e.Start) }); i > 0 {
-			began = h[i-1].At // it began after the sweep before
-		}
 		for _, f := range faults {
 			// A fault that happens at once counts as under way for two
 			// TTLs after it.

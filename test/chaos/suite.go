@@ -184,7 +184,7 @@ func (s *Suite) awaitConvergence(ctx context.Context, rec *history.Recorder, tim
 			why = "no single cluster runs every replica"
 		} else {
 			for _, m := range s.Fleet.Members {
-				st := statusOf(ctx, m, s.Workload)
+				st := statusOf(ctx, m)
 				want := reconciler.StateWaiting
 				if m.Name == holder {
 					want = reconciler.StateHeld
@@ -208,7 +208,8 @@ func (s *Suite) awaitConvergence(ctx context.Context, rec *history.Recorder, tim
 	return fmt.Errorf("not within %s: %s", timeout, last)
 }
 
-func statusOf(ctx context.Context, m *localfleet.Member, w localfleet.Workload) berthv1alpha1.BerthLeaseStatus {
+// statusOf reads the status of m's BerthLease (empty if it cannot).
+func statusOf(ctx context.Context, m *localfleet.Member) berthv1alpha1.BerthLeaseStatus {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	return m.BerthLease(ctx).Status
