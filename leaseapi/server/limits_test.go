@@ -210,3 +210,33 @@ func TestLongPollOutlastsBodyBound(t *testing.T) {
 		})
 	}
 }
+
+// TestOversizedHeadersAreRefused checks MaxHeaderBytes on the http.Server
+// that HTTPServer builds: headers past it are refused before any handler.
+func TestOversizedHeadersAreRefused(t *testing.T) {
+	f := newFixture(t, fixtureOptions{limits: Limits{MaxHeaderBytes: 8 << 10}})
+	cases := map[string]struct {
+		padding    int
+		wantStatus int
+	}{
+		"under the bound": {padding: 4 << 10, wantStatus: http.StatusOK},
+		"over the bound":  {padding: 64 << 10, wantStatus: http.StatusRequestHeaderFieldsTooLarge},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodGet, f.http.URL+"/healthz", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("X-Padding", strings.Repeat("p", tc.padding))
+			res, err := f.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = res.Body.Close()
+			if res.StatusCode != tc.wantStatus {
+				t.Errorf("status %d, want %d", res.StatusCode, tc.wantStatus)
+			}
+		})
+	}
+}
