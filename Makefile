@@ -81,7 +81,8 @@ fuzz: ## Run each fuzz target for FUZZTIME executions (default 50000x).
 
 # `make soak` runs SEEDS random chaos schedules on one fleet (DURATION, e.g. 30m, stops
 # drawing new ones early), or replays SEED=s[,s...]. It prints each schedule's verdict, the
-# seed of every failure, and a summary line; the whole log goes to SOAK_LOG.
+# seed of every failure, and a summary line; the whole log goes to SOAK_LOG. With
+# BERTH_CHAOS_WORKDIR=DIR the fleet's folder (every process's log) is kept there.
 SEEDS    ?= 20
 SEED     ?=
 DURATION ?=

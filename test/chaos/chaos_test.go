@@ -38,6 +38,9 @@ const (
 	envSeeds = "BERTH_CHAOS_SEEDS"
 	// envDuration stops drawing random seeds after this long (Go duration).
 	envDuration = "BERTH_CHAOS_DURATION"
+	// envWorkDir keeps the fleet's folder (every process's log) there
+	// instead of in a temporary folder removed at the end.
+	envWorkDir = "BERTH_CHAOS_WORKDIR"
 )
 
 // seeds returns the seeds to run: a replay list, a number of random ones
@@ -74,7 +77,13 @@ func seeds(t *testing.T) (list []uint64, random int, budget time.Duration) {
 // to converge fail the test, naming the seed.
 func TestChaos(t *testing.T) {
 	list, random, budget := seeds(t)
-	opts := localfleet.Options{Clusters: 3, BinDir: binaries.Dir, WorkDir: t.TempDir(), Workload: workload, Log: testr.NewWithOptions(t, testr.Options{})}
+	dir := os.Getenv(envWorkDir)
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := localfleet.Options{Clusters: 3, BinDir: binaries.Dir, WorkDir: dir, Workload: workload, Log: testr.NewWithOptions(t, testr.Options{})}
 	started := time.Now()
 	f, err := localfleet.Start(t.Context(), opts)
 	if err != nil {
@@ -128,6 +137,9 @@ func TestChaos(t *testing.T) {
 		if r.Failed() {
 			fmt.Printf("chaos: seed %d FAILED (replay: make soak SEED=%d):\n  %s\n  faults: %s\n", seed, seed, strings.Join(r.Problems(), "\n  "), faultList(r.Faults))
 			t.Errorf("seed %d (%s): %s", seed, sched, strings.Join(r.Problems(), "\n"))
+			for _, m := range f.Members {
+				t.Logf("end of %s:\n%s", m.Agent.Log, m.Agent.LogTail(30))
+			}
 		} else {
 			fmt.Printf("chaos: seed %d ok in %s (%d lease API calls checked)\n", seed, r.Took.Round(time.Millisecond), r.Lin.Ops)
 		}
