@@ -128,6 +128,9 @@ type memory struct {
 	apiErr error
 	// selfFenced records that the local deadline passed without a renewal.
 	selfFenced bool
+	// revoked: the lease API said the term (or the token to release) was
+	// revoked; the cluster hands it over.
+	revoked bool
 	// stopWatch ends the long poll that runs while the cluster waits.
 	stopWatch context.CancelFunc
 	// last is the BerthLease as last read: what is known of it if it
@@ -239,6 +242,12 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			return ctrl.Result{}, err
 		}
 	}
+	if r.ManagedWorkloads && len(p.strays) > 0 {
+		log.Info("stopping Pods of an earlier BerthLease of this name", "pods", len(p.strays))
+		if err := r.stopPods(ctx, p, p.strays); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	observeLease(r.ClusterIdentity, bl, p.facts, d)
 	r.watch(ctx, bl, mem, waitingForOther(p, mem, d))
 	if d.RemoveFinalizer {
@@ -302,7 +311,7 @@ func (r *BerthLeaseReconciler) dropTerm(ctx context.Context, mem *memory, p *obs
 	}
 	logr.FromContextOrDiscard(ctx).Info("letting go of the term without releasing it: another BerthLease names the same lease",
 		"token", max(token, mem.recoverToken), "otherBerthLease", p.sharedWith)
-	mem.term, mem.recoverToken, mem.releaseToken = nil, 0, 0
+	mem.term, mem.recoverToken, mem.releaseToken, mem.revoked = nil, 0, 0, false
 	mem.observed = client.AcquireResult{}
 }
 
@@ -415,6 +424,16 @@ func (r *BerthLeaseReconciler) memoryOf(bl *berthv1alpha1.BerthLease) *memory {
 	m, ok := r.memory[bl.UID]
 	if !ok {
 		m = &memory{name: ctrlclient.ObjectKeyFromObject(bl)}
+		// An earlier BerthLease of this name is gone: this one stops its
+		// Pods (strays), and its term is this one's to take up or it
+		// expires. Keeping its memory would count it as holding forever.
+		for uid, old := range r.memory {
+			if old.name == m.name {
+				old.stopWatching()
+				delete(r.memory, uid)
+				delete(r.holding, uid)
+			}
+		}
 		r.memory[bl.UID] = m
 	}
 	m.last = bl.DeepCopy()

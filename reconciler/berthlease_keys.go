@@ -73,9 +73,9 @@ func (r *BerthLeaseReconciler) shadowedBy(ctx context.Context, bl *berthv1alpha1
 // checkRelease is read just before a release, from the API server: it sets
 // KeyShared when another BerthLease of the namespace names the same lease,
 // and counts as running the Pods of BerthLeases that are gone (their
-// finalizer was removed), which the term may still cover. Pods are listed
-// before BerthLeases, so a Pod whose BerthLease exists is never taken for an
-// orphan.
+// finalizer was removed, or they were made anew under another UID), which
+// the term may still cover. Pods are listed before BerthLeases, so a Pod
+// whose BerthLease exists is never taken for an orphan.
 func (r *BerthLeaseReconciler) checkRelease(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation) error {
 	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
@@ -87,23 +87,30 @@ func (r *BerthLeaseReconciler) checkRelease(ctx context.Context, bl *berthv1alph
 	if err := r.APIReader.List(ctx, list, ctrlclient.InNamespace(bl.Namespace)); err != nil {
 		return fmt.Errorf("list the namespace's BerthLeases: %w", err)
 	}
-	exists := make(map[string]bool, len(list.Items))
+	uids := make(map[string]string, len(list.Items))
+	shared := map[string]bool{}
 	for i := range list.Items {
 		o := &list.Items[i]
-		exists[o.Name] = true
+		uids[o.Name] = string(o.UID)
 		if o.UID != bl.UID && o.EffectiveLeaseName() == bl.EffectiveLeaseName() {
 			p.facts.KeyShared = true
 			p.sharedWith = o.Name
+			shared[o.Name] = true
 		}
 	}
 	for _, pod := range pods.Items {
 		owner := pod.Labels[ManagedLease]
-		if owner == bl.Name || exists[owner] || gated(&pod) ||
-			pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			continue
+		if owner == bl.Name || gated(&pod) || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue // ours are counted already
 		}
-		p.running = append(p.running, pod)
-		p.facts.RunningPods++
+		uid, exists := uids[owner]
+		orphan := !exists || (pod.Labels[ManagedUID] != "" && pod.Labels[ManagedUID] != uid)
+		// A revoked term is released even though another BerthLease names
+		// the lease (nobody can renew it), once their Pods are gone too.
+		if orphan || (p.facts.Revoked && shared[owner]) {
+			p.running = append(p.running, pod)
+			p.facts.RunningPods++
+		}
 	}
 	return nil
 }

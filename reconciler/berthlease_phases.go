@@ -35,7 +35,12 @@ type observation struct {
 	running, gated []corev1.Pod
 	// stale are gated Pods stamped with the UID of an earlier BerthLease of
 	// this name: they can never run, so they are recycled.
-	stale   []corev1.Pod
+	stale []corev1.Pod
+	// strays are ungated Pods stamped with the UID of an earlier BerthLease
+	// of this name (forced out without its finalizer): they ran under a term
+	// of that BerthLease, not of this one, so they are stopped whatever this
+	// one decides. They are also in running until they are gone.
+	strays  []corev1.Pod
 	managed int
 }
 
@@ -100,6 +105,7 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 		Invalid:      p.specErr != nil,
 		Cordoned:     p.yieldReason != "",
 		Shadowed:     p.shadowedBy != "",
+		Revoked:      mem.revoked && (mem.term != nil || mem.releaseToken > 0),
 		Term:         mem.term,
 		RecoverToken: mem.recoverToken,
 		ReleaseToken: mem.releaseToken,
@@ -115,7 +121,7 @@ func (r *BerthLeaseReconciler) listPods(ctx context.Context, bl *berthv1alpha1.B
 	defer cancel()
 	pods := &corev1.PodList{}
 	if err := r.APIReader.List(ctx, pods, ctrlclient.InNamespace(bl.Namespace), ctrlclient.MatchingLabels{ManagedLease: bl.Name}); err != nil {
-		p.running, p.gated, p.stale, p.managed = nil, nil, nil, 0
+		p.running, p.gated, p.stale, p.strays, p.managed = nil, nil, nil, nil, 0
 		return fmt.Errorf("list managed Pods: %w", err)
 	}
 	for _, pod := range pods.Items {
@@ -126,6 +132,9 @@ func (r *BerthLeaseReconciler) listPods(ctx context.Context, bl *berthv1alpha1.B
 			// Any ungated Pod that names this lease may be running, whatever
 			// its UID label says: it counts until it is gone.
 			p.running = append(p.running, pod)
+			if uid := pod.Labels[ManagedUID]; uid != "" && uid != string(bl.UID) {
+				p.strays = append(p.strays, pod)
+			}
 		case !pod.DeletionTimestamp.IsZero():
 		case pod.Labels[ManagedUID] == string(bl.UID):
 			p.gated = append(p.gated, pod)
@@ -160,17 +169,19 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 	case CallAcquire, CallRenew, CallRecover:
 		sent := r.Clock.Now()
 		var (
-			res client.AcquireResult
-			err error
+			res   client.AcquireResult
+			err   error
+			token int32 // the term renewed
 		)
 		defer func() { observeCall(c, sent, r.Clock.Now(), err) }()
 		switch c {
 		case CallAcquire:
 			res, err = r.LeaseClient.Acquire(ctx, ns, name, p.holder, p.ttl)
 		case CallRenew:
-			res, err = r.LeaseClient.Renew(ctx, ns, name, p.holder, mem.term.Token, p.ttl)
+			token = mem.term.Token
+			res, err = r.LeaseClient.Renew(ctx, ns, name, p.holder, token, p.ttl)
 		case CallRecover:
-			token := mem.recoverToken
+			token = mem.recoverToken
 			mem.recoverToken = 0
 			res, err = r.LeaseClient.Renew(ctx, ns, name, p.holder, token, p.ttl)
 			if err != nil {
@@ -189,15 +200,23 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 		mem.observed = res
 		if res.Acquired && res.Holder == p.holder {
 			mem.term = &Term{Holder: p.holder, Token: res.FencingToken, Deadline: sent.Add(LocalValidity(p.ttl)), RenewDue: sent.Add(p.heartbeat)}
-			mem.selfFenced = false
+			mem.selfFenced, mem.revoked = false, false
 			return
 		}
 		if res.Revoked && res.Holder == p.holder {
 			// An administrator revoked this cluster's term: hand it over.
-			// The token is kept to be released once no Pod runs (Decide
-			// stops them first); acquiring again would only wait out the
-			// term.
-			log.Info("lease revoked: stopping the Pods, then releasing", "token", res.FencingToken, "expiresAt", res.ExpiresAt)
+			// A renew of it still extends it (its Pods may not be gone
+			// yet), so the term is kept, revoked, and renewed while they
+			// stop; an acquire does not, so only its token is kept. Decide
+			// stops the Pods first, then releases.
+			if mem.term == nil || !mem.revoked {
+				log.Info("lease revoked: stopping the Pods, then releasing", "token", res.FencingToken, "expiresAt", res.ExpiresAt)
+			}
+			mem.revoked = true
+			if c != CallAcquire && res.FencingToken == token {
+				mem.term = &Term{Holder: p.holder, Token: res.FencingToken, Deadline: sent.Add(LocalValidity(p.ttl)), RenewDue: sent.Add(p.heartbeat)}
+				return
+			}
 			mem.releaseToken = res.FencingToken
 			mem.term = nil
 			return
@@ -205,7 +224,7 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 		if mem.term != nil {
 			log.Info("lease lost", "token", mem.term.Token, "currentHolder", res.Holder)
 		}
-		mem.term = nil
+		mem.term, mem.revoked = nil, false
 
 	case CallRelease:
 		token := mem.releaseToken
@@ -226,7 +245,7 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 			return
 		}
 		mem.apiErr = nil
-		mem.term, mem.recoverToken, mem.releaseToken = nil, 0, 0
+		mem.term, mem.recoverToken, mem.releaseToken, mem.revoked = nil, 0, 0, false
 		mem.observed = client.AcquireResult{FencingToken: token}
 		log.Info("lease released", "token", token)
 	}
@@ -298,11 +317,16 @@ func (r *BerthLeaseReconciler) ungate(ctx context.Context, bl *berthv1alpha1.Ber
 // stop deletes the running managed Pods with a grace period bounded by the
 // stop budget. Their controllers recreate them, gated by admission.
 func (r *BerthLeaseReconciler) stop(ctx context.Context, p *observation) error {
+	return r.stopPods(ctx, p, p.running)
+}
+
+// stopPods deletes pods with a grace period bounded by the stop budget.
+func (r *BerthLeaseReconciler) stopPods(ctx context.Context, p *observation, pods []corev1.Pod) error {
 	log := logr.FromContextOrDiscard(ctx)
 	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
-	for i := range p.running {
-		pod := &p.running[i]
+	for i := range pods {
+		pod := &pods[i]
 		grace := podGracePeriod(p.ttl, pod.Spec.TerminationGracePeriodSeconds)
 		if g := pod.DeletionGracePeriodSeconds; !pod.DeletionTimestamp.IsZero() && g != nil && *g <= grace {
 			continue // already going, within the budget

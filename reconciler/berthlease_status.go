@@ -31,6 +31,7 @@ const (
 	ReasonReachable           = "Reachable"
 	ReasonSelfFenced          = "SelfFenced"
 	ReasonLeaseNameInUse      = "LeaseNameInUse"
+	ReasonRevoked             = "Revoked"
 )
 
 // statusInput is what the status is computed from.
@@ -92,6 +93,9 @@ func acquiredCondition(in statusInput) metav1.Condition {
 	switch {
 	case in.specErr != nil:
 		c.Reason, c.Message = ReasonInvalidSpec, in.specErr.Error()
+	case f.Revoked:
+		c.Reason = ReasonRevoked
+		c.Message = fmt.Sprintf("an administrator revoked this cluster's term (fencing token %d): its Pods are stopped, then the lease is released to another cluster", mem.observed.FencingToken)
 	case in.decision.Phase == PhaseStopping:
 		c.Reason, c.Message = ReasonStopping, fmt.Sprintf("stopping %d running Pod(s) before giving the lease up", f.RunningPods)
 	case f.Term != nil && in.decision.Phase == PhaseActive:

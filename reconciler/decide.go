@@ -45,6 +45,12 @@ type Facts struct {
 	// the same lease. One lease key has one term in a cluster, and only the
 	// oldest BerthLease that names it acts on it; the others wait.
 	Shadowed bool
+	// Revoked: an administrator revoked the term this cluster holds (Term or
+	// ReleaseToken). The cluster must hand it over: stop its Pods, renewing
+	// the term until they are gone, then release it. A revoked term is
+	// released even when another BerthLease names the lease, since nobody
+	// can renew it: checkRelease then counts their running Pods instead.
+	Revoked bool
 	// KeyShared: a read of the API server just before a release found
 	// another BerthLease naming the same lease. The term is then also
 	// theirs: releasing it could free it while their Pods run, so it is let
@@ -102,7 +108,9 @@ func (f Facts) MayRun() bool {
 }
 
 // mustYield: the cluster must give the lease up whether or not it holds it.
-func (f Facts) mustYield() bool { return f.Deleting || f.Invalid || f.Cordoned || f.Shadowed }
+func (f Facts) mustYield() bool {
+	return f.Deleting || f.Invalid || f.Cordoned || f.Shadowed || f.Revoked
+}
 
 // Decide is the hold/wait/stop decision. It is pure: the same facts always
 // give the same decision.
@@ -133,7 +141,7 @@ func Decide(f Facts) Decision {
 		}
 		return d
 
-	case (f.Term != nil || f.RecoverToken > 0 || f.ReleaseToken > 0) && f.KeyShared:
+	case (f.Term != nil || f.RecoverToken > 0 || f.ReleaseToken > 0) && f.KeyShared && !f.Revoked:
 		// Nothing of ours runs, but the term is another BerthLease's too.
 		return Decision{DropTerm: true}
 
@@ -146,7 +154,7 @@ func Decide(f Facts) Decision {
 	case f.Deleting:
 		return Decision{RemoveFinalizer: true}
 
-	case f.Invalid, f.Cordoned, f.Shadowed:
+	case f.Invalid, f.Cordoned, f.Shadowed, f.Revoked:
 		// Wait for the spec to change, the cordon to lift or the older
 		// BerthLease to go.
 		return Decision{}

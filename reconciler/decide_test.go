@@ -43,6 +43,7 @@ func cordoned(f *Facts)                  { f.Cordoned = true }
 func podsUnknown(f *Facts)               { f.PodsUnknown = true }
 func shadowed(f *Facts)                  { f.Shadowed = true }
 func keyShared(f *Facts)                 { f.KeyShared = true }
+func revoked(f *Facts)                   { f.Revoked = true }
 
 func TestDecide(t *testing.T) {
 	poll := t0.Add(stopPollInterval)
@@ -266,6 +267,28 @@ func TestDecide(t *testing.T) {
 			want:  Decision{RemoveFinalizer: true},
 		},
 
+		// An administrator revoked the term: a handover.
+		"revoked, held, Pods run: stop them, renewing the term until they are gone": {
+			facts: facts(revoked, withTerm(renewDueTerm()), withRunning(2)),
+			want:  stopAndRenew,
+		},
+		"revoked, held, renew not due, gated Pods: stop nothing more, never ungate": {
+			facts: facts(revoked, withTerm(heldTerm()), withGated(2), withRunning(1)),
+			want:  stopping,
+		},
+		"revoked, held, nothing runs: release": {
+			facts: facts(revoked, withTerm(heldTerm())),
+			want:  release,
+		},
+		"revoked, another BerthLease names the lease: release all the same (nobody can renew it)": {
+			facts: facts(revoked, keyShared, withTerm(heldTerm())),
+			want:  release,
+		},
+		"revoked token to release, nothing runs: release": {
+			facts: facts(revoked, withRelease(4)),
+			want:  release,
+		},
+
 		// Waiting.
 		"waiting: acquire": {
 			facts: facts(),
@@ -303,7 +326,7 @@ func violations(f Facts, d Decision) []string {
 	recovering := f.Term == nil && f.RecoverToken > 0 && !f.mustYield()
 
 	// MayRun itself.
-	wantMayRun := f.Term != nil && f.Now.Before(f.Term.Deadline) && !f.Deleting && !f.Invalid && !f.Cordoned && !f.Shadowed
+	wantMayRun := f.Term != nil && f.Now.Before(f.Term.Deadline) && !f.Deleting && !f.Invalid && !f.Cordoned && !f.Shadowed && !f.Revoked
 	check(mayRun == wantMayRun, "MayRun() = %v, want %v", mayRun, wantMayRun)
 
 	// Safety.
@@ -316,8 +339,8 @@ func violations(f Facts, d Decision) []string {
 	check(d.Call != CallRelease || !podsMayRun, "CallRelease while Pods may run")
 	check(d.Call != CallRelease || !mayRun, "CallRelease while the term may run")
 	check(d.Call != CallRelease || holdsSomething, "CallRelease with nothing to release")
-	check(d.Call != CallRelease || !f.KeyShared, "CallRelease of a term another BerthLease shares")
-	check(!d.DropTerm || (f.KeyShared && holdsSomething), "DropTerm of a term nobody else shares")
+	check(d.Call != CallRelease || !f.KeyShared || f.Revoked, "CallRelease of a term another BerthLease shares")
+	check(!d.DropTerm || (f.KeyShared && !f.Revoked && holdsSomething), "DropTerm of a term nobody else may renew")
 	check(!d.DropTerm || !podsMayRun, "DropTerm while Pods may run")
 	check(!d.DropTerm || d.Call == CallNone, "DropTerm with a call")
 	check(!d.RemoveFinalizer || f.Deleting, "RemoveFinalizer while not deleting")
@@ -371,30 +394,23 @@ func (s termState) term() *Term {
 // TestDecideInvariants enumerates every combination of the facts that
 // matter and checks the invariants on each decision.
 func TestDecideInvariants(t *testing.T) {
-	bools := []bool{false, true}
+	const flags = 6 // Deleting, Invalid, Cordoned, Shadowed, KeyShared, Revoked
 	n := 0
-	for _, del := range bools {
-		for _, inv := range bools {
-			for _, cord := range bools {
-				for _, shadow := range bools {
-					for _, shared := range bools {
-						for ts := termNone; ts < termStates; ts++ {
-							for _, rec := range []int32{0, 5} {
-								for _, rel := range []int32{0, 4} {
-									for _, running := range []int{0, 1} {
-										for _, unknown := range bools {
-											for _, gated := range []int{0, 1} {
-												f := Facts{
-													Now: t0, Deleting: del, Invalid: inv, Cordoned: cord, Shadowed: shadow, KeyShared: shared,
-													Term: ts.term(), RecoverToken: rec, ReleaseToken: rel,
-													RunningPods: running, PodsUnknown: unknown, GatedPods: gated,
-												}
-												n++
-												checkDecision(t, f)
-											}
-										}
-									}
+	for mask := 0; mask < 1<<flags; mask++ {
+		on := func(i int) bool { return mask&(1<<i) != 0 }
+		for ts := termNone; ts < termStates; ts++ {
+			for _, rec := range []int32{0, 5} {
+				for _, rel := range []int32{0, 4} {
+					for _, running := range []int{0, 1} {
+						for _, unknown := range []bool{false, true} {
+							for _, gated := range []int{0, 1} {
+								f := Facts{
+									Now: t0, Deleting: on(0), Invalid: on(1), Cordoned: on(2), Shadowed: on(3), KeyShared: on(4), Revoked: on(5),
+									Term: ts.term(), RecoverToken: rec, ReleaseToken: rel,
+									RunningPods: running, PodsUnknown: unknown, GatedPods: gated,
 								}
+								n++
+								checkDecision(t, f)
 							}
 						}
 					}
@@ -402,7 +418,7 @@ func TestDecideInvariants(t *testing.T) {
 			}
 		}
 	}
-	if want := 2 * 2 * 2 * 2 * 2 * int(termStates) * 2 * 2 * 2 * 2 * 2; n != want {
+	if want := (1 << flags) * int(termStates) * 2 * 2 * 2 * 2 * 2; n != want {
 		t.Fatalf("enumerated %d combinations, want %d", n, want)
 	}
 }
@@ -432,8 +448,8 @@ func describe(f Facts) string {
 	if f.Term != nil {
 		t = fmt.Sprintf("{token %d, renew %v, deadline %v}", f.Term.Token, f.Term.RenewDue.Sub(f.Now), f.Term.Deadline.Sub(f.Now))
 	}
-	return fmt.Sprintf("deleting=%v invalid=%v cordoned=%v shadowed=%v keyShared=%v term=%s recover=%d release=%d running=%d unknown=%v gated=%d",
-		f.Deleting, f.Invalid, f.Cordoned, f.Shadowed, f.KeyShared, t, f.RecoverToken, f.ReleaseToken, f.RunningPods, f.PodsUnknown, f.GatedPods)
+	return fmt.Sprintf("deleting=%v invalid=%v cordoned=%v shadowed=%v keyShared=%v revoked=%v term=%s recover=%d release=%d running=%d unknown=%v gated=%d",
+		f.Deleting, f.Invalid, f.Cordoned, f.Shadowed, f.KeyShared, f.Revoked, t, f.RecoverToken, f.ReleaseToken, f.RunningPods, f.PodsUnknown, f.GatedPods)
 }
 
 func FuzzDecide(f *testing.F) {
@@ -447,6 +463,7 @@ func FuzzDecide(f *testing.F) {
 	f.Add(uint8(0b1000), false, int64(0), int64(0), int32(0), int32(3), 0, 0)
 	f.Add(uint8(0b110000), true, int64(5000), int64(10000), int32(0), int32(0), 0, 0)
 	f.Add(uint8(0b010000), true, int64(-1000), int64(10000), int32(0), int32(0), 1, 1)
+	f.Add(uint8(0b1100000), true, int64(-1000), int64(10000), int32(0), int32(0), 1, 1)
 	f.Fuzz(func(t *testing.T, flags uint8, hasTerm bool, renewMs, deadlineMs int64, rec, rel int32, running, gated int) {
 		fa := Facts{
 			Now:          t0,
@@ -456,6 +473,7 @@ func FuzzDecide(f *testing.F) {
 			PodsUnknown:  flags&8 != 0,
 			Shadowed:     flags&16 != 0,
 			KeyShared:    flags&32 != 0,
+			Revoked:      flags&64 != 0,
 			RecoverToken: rec,
 			ReleaseToken: rel,
 			RunningPods:  running,

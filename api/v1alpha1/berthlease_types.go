@@ -7,7 +7,6 @@ import (
 // BerthLeaseSpec names the lease a workload runs under and its timing.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.heartbeatIntervalSeconds) || !has(self.ttlSeconds) || self.heartbeatIntervalSeconds * 3 <= self.ttlSeconds",message="heartbeatIntervalSeconds must be at most a third of ttlSeconds, so that a renewal can fail and be retried, and Pods be stopped, before the lease runs out"
-// +kubebuilder:validation:XValidation:rule="(has(self.leaseName) ? self.leaseName : '') == (has(oldSelf.leaseName) ? oldSelf.leaseName : '')",message="leaseName is immutable: the agent holds the lease it names while its Pods may run; to move a workload to another lease, make a new BerthLease and delete this one"
 type BerthLeaseSpec struct {
 	// LeaseName is the lease's name at the lease API; the key is
 	// {namespace of this BerthLease}/{leaseName}. Defaults to this object's name.
@@ -97,6 +96,7 @@ type BerthLeaseStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="has(self.spec.leaseName) ? (has(oldSelf.spec.leaseName) ? self.spec.leaseName == oldSelf.spec.leaseName : self.spec.leaseName == oldSelf.metadata.name) : (!has(oldSelf.spec.leaseName) || oldSelf.spec.leaseName == self.metadata.name)",message="the lease a BerthLease names (spec.leaseName, or its name) cannot change: the agent holds that lease while its Pods may run; to move a workload to another lease, make a new BerthLease and delete this one"
 // +kubebuilder:resource:shortName=bl
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.currentHolder`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.leaseState`

@@ -147,21 +147,20 @@ func newLeasesGetCommand(o *globalOptions) *cobra.Command {
 func newLeasesReleaseCommand(o *globalOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "release NAMESPACE/NAME",
-		Short: "Release a lease whoever holds it (administrators only)",
-		Long: `Release a lease whoever holds it. Only subjects named by the server's
---admin-subjects may release another holder's lease.
+		Short: "Ask a lease's holder to hand it over (administrators, or the holder's own subject)",
+		Long: `Ask a lease's holder to hand it over, whoever holds it. Only subjects named by
+the server's --admin-subjects may do so for another subject's holder.
 
-berthctl reads the lease and releases it in the name of its current holder and
-fencing token, so a release never acts on a term that began after the read: if
-the lease changed hands in between, the server refuses with a conflict (exit 4).
-Releasing a free lease does nothing and succeeds.
+berthctl reads the lease and revokes its current term, named by holder and
+fencing token, so it never acts on a term that began after the read: if the
+lease changed hands in between, the server refuses with a conflict (exit 4).
+A free lease is left alone and the command succeeds.
 
-The server does not free another subject's live term at once, since its holder
-may still be running the workload: it revokes the term. The holder can no longer
-renew it; its agent learns so at its next renewal, stops its Pods and then
-releases the lease (a handover), and another cluster takes over. If the holder
-does not hand over, the term ends at its expiry, never earlier. A release of a
-term the caller itself owns (holder <subject> or <subject>/...) frees it at once.`,
+The term is not freed at once, since its holder may still be running the
+workload. The holder can no longer be told it holds the lease; its agent learns
+so at its next renewal, stops its Pods (renewing the term until they are gone)
+and then releases the lease, and another cluster takes over. If the holder's
+agent is not running, the term ends at its expiry, never earlier.`,
 		Args: exactArgs("NAMESPACE/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := parseKey(args[0])
@@ -182,20 +181,20 @@ term the caller itself owns (holder <subject> or <subject>/...) frees it at once
 				_, err := fmt.Fprintf(o.out, "lease %s is already free (fencing token %d)\n", key, l.FencingToken)
 				return err
 			}
-			if err := c.Release(ctx, key.Namespace, key.Name, l.Holder, l.FencingToken); err != nil {
+			if err := c.Revoke(ctx, key.Namespace, key.Name, l.Holder, l.FencingToken); err != nil {
 				if errors.Is(err, client.ErrConflict) {
 					return fmt.Errorf("%w (the lease changed after it was read; look again with `berthctl leases get %s`)", err, key)
 				}
 				return err
 			}
-			// The answer is the same whether the term was freed or revoked:
-			// the lease as it is now tells which.
+			// The answer is the same whether the term was revoked or had
+			// ended meanwhile: the lease as it is now tells which.
 			after, err := c.GetLease(ctx, key.Namespace, key.Name)
 			if err != nil {
 				return err
 			}
 			if after.Revoked && after.Holder == l.Holder && after.FencingToken == l.FencingToken {
-				_, err = fmt.Fprintf(o.out, "lease %s revoked: the holder %s (fencing token %d) stops its Pods and hands over; the term ends at latest at %s\n",
+				_, err = fmt.Fprintf(o.out, "lease %s revoked: the holder %s (fencing token %d) stops its Pods and hands over; if its agent does not, the term ends at %s\n",
 					key, l.Holder, l.FencingToken, after.ExpiresAt.Format(time.RFC3339))
 				return err
 			}

@@ -418,7 +418,7 @@ func TestLeasesRelease(t *testing.T) {
 			t.Errorf("lease after an admin's release: %+v, want east/payments's term %d, revoked", l, held.FencingToken)
 		}
 		if renewed, err := east.Renew(ctx, "payments", "exporter", "east/payments", held.FencingToken, time.Minute); err != nil || renewed.Acquired || !renewed.Revoked {
-			t.Errorf("renew by the holder after the admin's release: %+v, %v; want refused, revoked", renewed, err)
+			t.Errorf("renew by the holder after the admin's release: %+v, %v; want not held, revoked", renewed, err)
 		}
 		// The holder hands over.
 		if err := east.Release(ctx, "payments", "exporter", "east/payments", held.FencingToken); err != nil {
@@ -426,7 +426,7 @@ func TestLeasesRelease(t *testing.T) {
 		}
 	})
 
-	t.Run("of the admin's own lease frees it", func(t *testing.T) {
+	t.Run("of the admin's own lease revokes it too: berthctl never frees a live term", func(t *testing.T) {
 		ops := s.client(t, "ops")
 		own, err := ops.Acquire(ctx, "payments", "own", "ops/maintenance", time.Minute)
 		if err != nil {
@@ -434,11 +434,18 @@ func TestLeasesRelease(t *testing.T) {
 		}
 		r := berthctl(t, s.as("ops"), "leases", "release", "payments/own")
 		wantCode(t, r, 0)
-		if !strings.Contains(r.stdout, "released") || !strings.Contains(r.stdout, "ops/maintenance") {
-			t.Errorf("stdout %q does not say what was released from whom", r.stdout)
+		if !strings.Contains(r.stdout, "revoked") || !strings.Contains(r.stdout, "ops/maintenance") {
+			t.Errorf("stdout %q does not say what was revoked from whom", r.stdout)
 		}
-		if l, err := ops.GetLease(ctx, "payments", "own"); err != nil || l.Holder != "" || l.FencingToken != own.FencingToken {
-			t.Errorf("lease after its owner's release: %+v, %v; want free with token %d", l, err, own.FencingToken)
+		if l, err := ops.GetLease(ctx, "payments", "own"); err != nil || l.Holder != "ops/maintenance" || l.FencingToken != own.FencingToken || !l.Revoked {
+			t.Errorf("lease after berthctl's release: %+v, %v; want ops/maintenance's term %d, revoked", l, err, own.FencingToken)
+		}
+		// Its holder's own release (the API's, as an agent's) frees it.
+		if err := ops.Release(ctx, "payments", "own", "ops/maintenance", own.FencingToken); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := ops.GetLease(ctx, "payments", "own"); err != nil || l.Holder != "" {
+			t.Errorf("lease after its holder's release: %+v, %v; want free", l, err)
 		}
 	})
 

@@ -192,6 +192,19 @@ func (c *Client) Release(ctx context.Context, namespace, name, holder string, fe
 	return nil
 }
 
+// Revoke asks the holder of the lease's live term (holder with fencingToken)
+// to hand it over: the term is marked revoked, its holder stops and releases
+// it, and it is never granted again before then or its end. A free lease is
+// left alone; another term is ErrConflict.
+func (c *Client) Revoke(ctx context.Context, namespace, name, holder string, fencingToken int32) error {
+	err := c.do(ctx, http.MethodPost, leasePath(namespace, name)+"/revoke",
+		leaseapi.ReleaseRequest{Holder: holder, FencingToken: fencingToken}, nil)
+	if err != nil {
+		return fmt.Errorf("revoke lease %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
 // GetLease returns one lease; ErrNotFound if it was never acquired.
 func (c *Client) GetLease(ctx context.Context, namespace, name string) (leaseapi.Lease, error) {
 	var out leaseapi.Lease

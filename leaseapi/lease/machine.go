@@ -83,15 +83,22 @@ func DecideAcquire(cur store.Lease, holder string, ttl time.Duration, now time.T
 	return Decision{Next: next, Write: true, Outcome: OutcomeAcquired}, nil
 }
 
-// DecideRenew decides a renew. Only the holder of the current, unexpired,
-// unrevoked term with its token renews; anyone else learns that the lease is
-// lost and who holds it now. The holder of a revoked term sees itself as the
-// holder with its token and the revocation: its cue to stop and release.
+// DecideRenew decides a renew. Only the holder of the current, unexpired term
+// with its token renews; anyone else learns that the lease is lost and who
+// holds it now. A revoked term is still extended for its holder, because its
+// Pods may not be gone yet (a node that cannot confirm their deletion) and
+// the term must outlast them, but the answer never says it is held: it shows
+// the holder its own term and the revocation, its cue to stop and release.
+// The mark stays, so the term never becomes a plain one again.
 func DecideRenew(cur store.Lease, holder string, token int32, ttl time.Duration, now time.Time) Decision {
-	if cur.Held(now) && cur.Holder == holder && cur.FencingToken == token && !cur.Revoked {
-		return extend(cur, ttl, now)
+	if !cur.Held(now) || cur.Holder != holder || cur.FencingToken != token {
+		return Decision{Next: visible(cur, now), Outcome: OutcomeLost}
 	}
-	return Decision{Next: visible(cur, now), Outcome: OutcomeLost}
+	d := extend(cur, ttl, now)
+	if cur.Revoked {
+		d.Outcome = OutcomeRevoked
+	}
+	return d
 }
 
 // DecideRelease decides a release at now. Releasing the caller's own term,
@@ -109,12 +116,12 @@ func DecideRelease(cur store.Lease, holder string, token int32, now time.Time) (
 	return Decision{Next: cur, Outcome: OutcomeConflict}, ErrNotHolder
 }
 
-// DecideRevoke decides a release of holder's term with token by someone who
-// does not own holder (an administrator). A live term is not freed: its
-// holder may still be running, and only the holder knows when it has
-// stopped. The term is marked revoked instead, keeping its holder, token and
-// expiry; it is never extended again and ends when its holder releases it
-// (a handover) or at its expiry, whichever comes first. Revoking a revoked
+// DecideRevoke decides a revocation of holder's term with token (an
+// administrator's release). A live term is not freed: its holder may still
+// be running, and only the holder knows when it has stopped. The term is
+// marked revoked instead, keeping its holder, token and expiry; only its
+// holder may extend it further (DecideRenew), never be granted it again, and
+// it ends when its holder releases it (a handover) or at its expiry. Revoking a revoked
 // term changes nothing. A term that has already ended is freed as
 // DecideRelease frees it; a free lease or another term is as DecideRelease
 // has it.
@@ -142,10 +149,9 @@ func DecideExpire(cur store.Lease, now time.Time) Decision {
 // DecideGrace extends a held lease to at least one TTL past now. A server
 // calls it for every held lease when it starts, so that its own downtime never
 // moves a lease: the holder gets one full term to renew again. A revoked term
-// gets none: its holder may not renew it anyway, and it stopped running by
-// its own local deadline, which falls before the term's recorded end.
+// gets it too: its holder may be stopping Pods it renews the term for.
 func DecideGrace(cur store.Lease, now time.Time) Decision {
-	if cur.Holder == "" || cur.Revoked || cur.TTL <= 0 || !cur.ExpiresAt.Before(now.Add(cur.TTL)) {
+	if cur.Holder == "" || cur.TTL <= 0 || !cur.ExpiresAt.Before(now.Add(cur.TTL)) {
 		return Decision{Next: cur}
 	}
 	next := cur

@@ -246,9 +246,13 @@ func TestDecideRenew(t *testing.T) {
 			cur: neverSeen(), holder: "a", token: 1, ttl: ttl,
 			want: Decision{Next: neverSeen(), Outcome: OutcomeLost},
 		},
-		"revoked, its holder with its token: lost, shows itself and the revocation": {
+		"revoked, its holder with its token: extended while it stops, never held, the mark kept": {
 			cur: revoked(heldBy("a", live)), holder: "a", token: 3, ttl: ttl,
-			want: Decision{Next: revoked(heldBy("a", live)), Outcome: OutcomeLost},
+			want: Decision{Next: extended(revoked(heldBy("a", live)), ttl, t0), Write: true, Outcome: OutcomeRevoked},
+		},
+		"revoked, another with its token: lost": {
+			cur: revoked(heldBy("b", live)), holder: "a", token: 3, ttl: ttl,
+			want: Decision{Next: revoked(heldBy("b", live)), Outcome: OutcomeLost},
 		},
 		"revoked and ended: lost, shown free without the mark": {
 			cur: revoked(heldBy("a", t0)), holder: "a", token: 3, ttl: ttl,
@@ -502,13 +506,9 @@ func TestDecideGrace(t *testing.T) {
 			cur:  heldBy("a", t0.Add(time.Hour)),
 			want: Decision{Next: heldBy("a", t0.Add(time.Hour))},
 		},
-		"revoked, ending before a full term from now: never extended": {
+		"revoked, ending before a full term from now: graced too, the mark kept (its holder may be stopping)": {
 			cur:  revoked(heldBy("a", t0.Add(time.Second))),
-			want: Decision{Next: revoked(heldBy("a", t0.Add(time.Second)))},
-		},
-		"revoked, ended during the downtime: not revived": {
-			cur:  revoked(heldBy("a", t0.Add(-time.Hour))),
-			want: Decision{Next: revoked(heldBy("a", t0.Add(-time.Hour)))},
+			want: Decision{Next: graced(revoked(heldBy("a", t0.Add(time.Second))), t0.Add(ttl)), Write: true, Outcome: OutcomeGraced},
 		},
 		"no recorded ttl: left alone": {
 			cur:  noTTL,
@@ -655,9 +655,11 @@ func FuzzMachine(f *testing.F) {
 			}
 
 			// Revocation: a live term is marked, never freed or moved by it;
-			// a revoked term is never extended nor granted again, to its
-			// holder or anyone, until it is released or ends; the mark never
-			// outlives its term.
+			// a revoked term is never granted again, to its holder or anyone,
+			// until it is released or ends; only its holder's renew with its
+			// token (the holder may still be stopping) and a restart's grace
+			// extend it, and both keep the mark; the mark never outlives its
+			// term.
 			if op == 5 && cur.Held(now) && (next.Holder != cur.Holder || next.FencingToken != cur.FencingToken || !next.ExpiresAt.Equal(cur.ExpiresAt)) {
 				step("revocation moved, freed or changed the expiry of a live term")
 			}
@@ -677,8 +679,12 @@ func FuzzMachine(f *testing.F) {
 				if d.Held() {
 					step("revoked term %d granted to %q", revokedToken, holder)
 				}
-				if next.Holder == cur.Holder && next.FencingToken == cur.FencingToken && (!next.ExpiresAt.Equal(cur.ExpiresAt) || !next.Revoked) {
-					step("revoked term %d extended or unrevoked", revokedToken)
+				if next.Holder == cur.Holder && next.FencingToken == cur.FencingToken && !next.Revoked {
+					step("revoked term %d unrevoked", revokedToken)
+				}
+				holderRenews := op == 1 && holder == cur.Holder && token == cur.FencingToken
+				if next.Holder == cur.Holder && next.FencingToken == cur.FencingToken && !next.ExpiresAt.Equal(cur.ExpiresAt) && !holderRenews && op != 4 {
+					step("revoked term %d extended by op %d of %q", revokedToken, op, holder)
 				}
 			}
 			if next.Revoked && (next.Holder == "" || d.Outcome == OutcomeAcquired) {

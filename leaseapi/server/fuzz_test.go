@@ -214,6 +214,8 @@ func serverSeeds() []string {
 		rawRequest("POST", lease+"/renew", tokenA, `{"holder":"cluster-a","fencingToken":1,"ttlSeconds":30}`),
 		rawRequest("POST", lease+"/release", tokenA, `{"holder":"cluster-a","fencingToken":1}`),
 		rawRequest("POST", lease+"/release", tokenAdmin, `{"holder":"cluster-a","fencingToken":1}`),
+		rawRequest("POST", lease+"/revoke", tokenAdmin, `{"holder":"cluster-a","fencingToken":1}`),
+		rawRequest("POST", lease+"/revoke", tokenB, `{"holder":"cluster-a","fencingToken":1}`),
 		rawRequest("POST", lease+"/acquire", tokenB, `{"holder":"cluster-b/shard-1","ttlSeconds":5}`),
 		rawRequest("GET", lease, tokenB, ""),
 		rawRequest("GET", lease+"?waitSeconds=1&holder=cluster-a&fencingToken=1", tokenB, ""),

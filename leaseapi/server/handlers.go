@@ -85,12 +85,41 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, p Principal) er
 	if err != nil {
 		return err
 	}
+	s.answerRevoke(w, key, req, p, d)
+	return nil
+}
+
+// revoke asks the holder of a live term to hand it over: the term is marked
+// revoked and moves once its holder has stopped and released it, or at its
+// end (lease.DecideRevoke). Unlike a release, it never frees a term whose
+// holder may still run, whoever asks: the holder's own subject, or an
+// administrator. berthctl's release uses it.
+func (s *Server) revoke(w http.ResponseWriter, r *http.Request, p Principal) error {
+	key, err := keyOf(r)
+	if err != nil {
+		return err
+	}
+	var req leaseapi.ReleaseRequest
+	if err := decodeValid(r, &req); err != nil {
+		return err
+	}
+	if !p.mayHold(req.Holder) && !p.Admin {
+		return forbiddenHolder(p, req.Holder)
+	}
+	d, err := s.Service.Revoke(r.Context(), key, req.Holder, req.FencingToken)
+	if err != nil {
+		return err
+	}
+	s.answerRevoke(w, key, req, p, d)
+	return nil
+}
+
+func (s *Server) answerRevoke(w http.ResponseWriter, key leaseapi.Key, req leaseapi.ReleaseRequest, p Principal, d lease.Decision) {
 	s.Metrics.observeDecision(d)
 	if d.Outcome == lease.OutcomeRevoked && d.Write {
 		s.Log.Info("lease revoked", "lease", key.String(), "holder", req.Holder, "fencingToken", req.FencingToken, "expiresAt", d.Next.ExpiresAt, "subject", p.Subject)
 	}
 	w.WriteHeader(http.StatusNoContent)
-	return nil
 }
 
 func (s *Server) getLease(w http.ResponseWriter, r *http.Request, _ Principal) error {

@@ -14,9 +14,9 @@ import (
 
 // TestAdminReleaseRevokes: an administrator's release of another subject's
 // live term must not free it while its holder may still run. The term is
-// revoked: its holder can neither renew nor re-acquire it, nobody else gets
-// it, and it moves only when its holder releases it (a handover) or when it
-// ends at the expiry it had.
+// revoked: its holder cannot re-acquire it and is never told it holds it
+// (its renew only extends it while it stops), nobody else gets it, and it
+// moves only when its holder releases it (a handover) or when it ends.
 func TestAdminReleaseRevokes(t *testing.T) {
 	const ttlSeconds = 10
 	post := func(f *fixture, token, name, verb, body string) response {
@@ -47,7 +47,6 @@ func TestAdminReleaseRevokes(t *testing.T) {
 		}
 		for what, res := range map[string]response{
 			"another's acquire":    post(f, tokenB, name, "acquire", `{"holder":"cluster-b","ttlSeconds":10}`),
-			"the holder's renew":   post(f, tokenA, name, "renew", fmt.Sprintf(`{"holder":"cluster-a","fencingToken":%d,"ttlSeconds":10}`, term.FencingToken)),
 			"the holder's acquire": post(f, tokenA, name, "acquire", `{"holder":"cluster-a","ttlSeconds":10}`),
 		} {
 			var got leaseapi.AcquireResponse
@@ -56,7 +55,18 @@ func TestAdminReleaseRevokes(t *testing.T) {
 				t.Errorf("%s of a revoked term: %d (-want +got):\n%s", what, res.code, diff)
 			}
 		}
-		return term
+		// The holder's renew extends the revoked term (its Pods may not be
+		// gone yet) but never tells it that it holds the lease.
+		var renewed leaseapi.AcquireResponse
+		res := post(f, tokenA, name, "renew", fmt.Sprintf(`{"holder":"cluster-a","fencingToken":%d,"ttlSeconds":10}`, term.FencingToken))
+		res.decode(t, &renewed)
+		wantRenewed := want
+		wantRenewed.RenewedAt, wantRenewed.ExpiresAt = f.clock.Now().UTC(), f.clock.Now().UTC().Add(ttlSeconds*time.Second)
+		if diff := cmp.Diff(wantRenewed, renewed); res.code != http.StatusOK || diff != "" {
+			t.Errorf("the holder's renew of a revoked term: %d (-want +got):\n%s", res.code, diff)
+		}
+		return leaseapi.AcquireResponse{Acquired: true, Holder: renewed.Holder, FencingToken: renewed.FencingToken,
+			AcquiredAt: renewed.AcquiredAt, RenewedAt: renewed.RenewedAt, ExpiresAt: renewed.ExpiresAt}
 	}
 
 	t.Run("the holder's release hands over", func(t *testing.T) {
@@ -69,8 +79,8 @@ func TestAdminReleaseRevokes(t *testing.T) {
 		if !got.Acquired || got.Holder != "cluster-b" || got.FencingToken != term.FencingToken+1 || got.Revoked {
 			t.Fatalf("acquire after the handover: %+v, want cluster-b's unrevoked term %d", got, term.FencingToken+1)
 		}
-		if n := testutil.ToFloat64(f.srv.Metrics.outcomes.WithLabelValues("revoked")); n != 2 {
-			t.Errorf("revoked outcomes = %v, want 2 (the second release writes nothing but is counted)", n)
+		if n := testutil.ToFloat64(f.srv.Metrics.outcomes.WithLabelValues("revoked")); n != 3 {
+			t.Errorf("revoked outcomes = %v, want 3 (two releases, the second writing nothing, and the holder's renew)", n)
 		}
 	})
 
@@ -103,6 +113,26 @@ func TestAdminReleaseRevokes(t *testing.T) {
 		}
 		if got := f.acquire(tokenB, "ns", "own", "cluster-b", ttlSeconds); !got.Acquired {
 			t.Fatalf("acquire after the holder's own release: %+v, want acquired", got)
+		}
+	})
+
+	t.Run("revoke never frees a live term, whoever asks", func(t *testing.T) {
+		f := newFixture(t, fixtureOptions{})
+		term := f.acquire(tokenA, "ns", "asked", "cluster-a", ttlSeconds)
+		body := fmt.Sprintf(`{"holder":"cluster-a","fencingToken":%d}`, term.FencingToken)
+		if res := post(f, tokenB, "asked", "revoke", body); res.code != http.StatusForbidden {
+			t.Errorf("another cluster's revoke: %d %s, want 403", res.code, res.body)
+		}
+		for who, token := range map[string]string{"the holder's own subject": tokenA, "an administrator": tokenAdmin} {
+			if res := post(f, token, "asked", "revoke", body); res.code != http.StatusNoContent {
+				t.Fatalf("revoke by %s: %d %s, want 204", who, res.code, res.body)
+			}
+			if got := f.acquire(tokenB, "ns", "asked", "cluster-b", ttlSeconds); got.Acquired || got.Holder != "cluster-a" || !got.Revoked {
+				t.Fatalf("acquire after a revoke by %s: %+v, want cluster-a's revoked term", who, got)
+			}
+		}
+		if res := post(f, tokenAdmin, "asked", "revoke", `{"holder":"cluster-a","fencingToken":99}`); res.code != http.StatusConflict {
+			t.Errorf("revoke of another term: %d %s, want 409", res.code, res.body)
 		}
 	})
 }

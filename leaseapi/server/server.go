@@ -81,6 +81,7 @@ func (s *Server) routes() http.Handler {
 		{method: http.MethodPost, pattern: lease + "/acquire", handle: s.acquire},
 		{method: http.MethodPost, pattern: lease + "/renew", handle: s.renew},
 		{method: http.MethodPost, pattern: lease + "/release", handle: s.release},
+		{method: http.MethodPost, pattern: lease + "/revoke", handle: s.revoke},
 		{method: http.MethodGet, pattern: lease, handle: s.getLease},
 		{method: http.MethodGet, pattern: "/v1alpha1/leases", handle: s.listLeases},
 		{method: http.MethodPut, pattern: "/v1alpha1/clusters/{id}", handle: s.registerCluster},

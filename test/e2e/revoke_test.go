@@ -1,8 +1,14 @@
 package e2e
 
 import (
+	"context"
+	"syscall"
 	"testing"
 	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/berthfleet/berth/reconciler"
 )
 
 // TestAdminReleaseHandsOver: an administrator releases the holder's live
@@ -57,4 +63,61 @@ func TestAdminReleaseHandsOver(t *testing.T) {
 		t.Errorf("lease after the handover: %+v, %v; want %s's unrevoked term after %d", moved, err, next, l.FencingToken)
 	}
 	r.record(t, "administrator's release of the holder's lease", took)
+}
+
+// TestRevokeWhileStopping: the holder is handing its lease over (cordoned)
+// but cannot confirm its Pods gone: its kubelets (kwok) are frozen, so the
+// Pods stay Terminating. An administrator, impatient, revokes the term. The
+// holder keeps renewing its revoked term while its Pods may run, so no other
+// cluster may start, however long that takes; once the kubelets report the
+// Pods gone, it releases and another cluster takes over.
+func TestRevokeWhileStopping(t *testing.T) {
+	r := startFleet(t)
+	holder, _ := r.runner(t, 90*time.Second, "one cluster runs both replicas")
+	m := r.Member(holder)
+	ns, name := workload.Namespace, workload.Name
+
+	if err := m.Cluster.Signal("kwok", syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			if err := m.Cluster.Signal("kwok", syscall.SIGCONT); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(thaw)
+	if _, err := r.LeaseAPI.Admin.Cordon(t.Context(), holder); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, holder+" is stopping", func() bool {
+		return m.BerthLease(t.Context()).Status.Phase == reconciler.PhaseStopping
+	})
+	l, err := r.LeaseAPI.Admin.GetLease(t.Context(), ns, name)
+	if err != nil || l.Holder != holder {
+		t.Fatalf("lease while %s stops: %+v, %v", holder, l, err)
+	}
+	if err := r.LeaseAPI.Admin.Revoke(t.Context(), ns, name, l.Holder, l.FencingToken); err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	// Two TTLs: without renewals of the revoked term it would have expired
+	// and another cluster would run beside the Terminating Pods.
+	time.Sleep(2 * ttl)
+	if got, err := r.LeaseAPI.Admin.GetLease(t.Context(), ns, name); err != nil || got.Holder != holder || got.FencingToken != l.FencingToken || !got.Revoked {
+		t.Fatalf("lease %s after the revocation, Pods still Terminating: %+v, %v; want %s's term %d, revoked", ttl*2, got, err, holder, l.FencingToken)
+	}
+	if c := apimeta.FindStatusCondition(m.BerthLease(t.Context()).Status.Conditions, reconciler.ConditionAcquired); c == nil || c.Reason != reconciler.ReasonRevoked {
+		t.Errorf("%s's Acquired condition: %+v, want reason %s", holder, c, reconciler.ReasonRevoked)
+	}
+	thaw()
+	next, took := r.runner(t, 60*time.Second, "another cluster runs once the revoked holder's Pods are gone", holder)
+	t.Logf("revoked %s's term %d while its Pods could not stop: it kept the term for %s until its kubelets were thawed; %s ran %s after that",
+		holder, l.FencingToken, 2*ttl, next, took.Round(time.Millisecond))
+	r.record(t, "revocation while the holder cannot confirm its Pods gone", 0)
+	if _, err := r.LeaseAPI.Admin.Uncordon(context.Background(), holder); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -186,4 +187,21 @@ func writeCredentials(name string, l layout, p ports, adminKubeconfig string) er
 		}
 	}
 	return nil
+}
+
+// Signal sends sig to the cluster's component process (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler or kwok): SIGSTOP and SIGCONT freeze
+// and thaw it, e.g. kwok to play kubelets that cannot report Pods gone.
+func (c *Cluster) Signal(component string, sig syscall.Signal) error {
+	if c.plane == nil {
+		return fmt.Errorf("cluster %s: not started by kubeenv", c.Name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, proc := range c.plane.procs {
+		if proc.name == component && !proc.exited() {
+			return syscall.Kill(proc.pid(), sig)
+		}
+	}
+	return fmt.Errorf("cluster %s: no running %s", c.Name, component)
 }
