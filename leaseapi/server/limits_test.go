@@ -86,7 +86,7 @@ func TestSlowBodiesAreCut(t *testing.T) {
 					results <- outcome{name: name, err: err}
 					return
 				}
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				start := time.Now()
 				_, err = io.WriteString(c, tc.raw)
 				ready.Done()
