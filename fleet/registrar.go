@@ -131,7 +131,9 @@ func (r *Registrar) Register(ctx context.Context) error {
 	changed := membershipOf(old) != membershipOf(r.state)
 	r.mu.Unlock()
 	if changed && r.OnChange != nil {
-		go r.OnChange(ctx) // never hold up the heartbeat
+		// Never hold up the heartbeat; and the wake-up must outlive this
+		// call's context, which ends as soon as it returns.
+		go r.OnChange(context.WithoutCancel(ctx))
 	}
 	return err
 }

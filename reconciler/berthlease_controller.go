@@ -121,7 +121,9 @@ type memory struct {
 	started      bool
 	term         *Term
 	recoverToken int32
-	releaseToken int32
+	// recoverDeadline is Facts.RecoverDeadline.
+	recoverDeadline time.Time
+	releaseToken    int32
 	// observed is the lease API's last answer, for status.
 	observed client.AcquireResult
 	// apiErr is the last lease API error, cleared by the next success.
@@ -136,6 +138,16 @@ type memory struct {
 	// last is the BerthLease as last read: what is known of it if it
 	// vanishes (reconcileGone).
 	last *berthv1alpha1.BerthLease
+	// superseded: a BerthLease of the same name but another lease was made
+	// since; this memory's term is settled as a vanished BerthLease's, for
+	// the Pods stamped with its UID only.
+	superseded bool
+}
+
+// holds reports whether the memory keeps a term or a token the cluster may
+// still hold at the lease API.
+func (m *memory) holds() bool {
+	return m.term != nil || m.recoverToken > 0 || m.releaseToken > 0
 }
 
 // SetupWithManager registers the reconciler with the controller-runtime manager.
@@ -243,13 +255,15 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}
 	if r.ManagedWorkloads && len(p.strays) > 0 {
-		log.Info("stopping Pods of an earlier BerthLease of this name", "pods", len(p.strays))
+		// Pods of an earlier BerthLease of this name (stopPods logs each
+		// one it stops).
 		if err := r.stopPods(ctx, p, p.strays); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	observeLease(r.ClusterIdentity, bl, p.facts, d)
 	r.watch(ctx, bl, mem, waitingForOther(p, mem, d))
+	supersededLeft := r.settleSuperseded(ctx, bl)
 	if d.RemoveFinalizer {
 		r.forget(bl.UID)
 		leaseHeld.DeleteLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name)
@@ -262,7 +276,45 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 		return ctrl.Result{}, nil
 	}
-	return r.result(p, mem, d), nil
+	res := r.result(p, mem, d)
+	if supersededLeft && (res.RequeueAfter == 0 || res.RequeueAfter > stopPollInterval) {
+		res.RequeueAfter = stopPollInterval
+	}
+	return res, nil
+}
+
+// settleSuperseded settles the terms that earlier BerthLeases of bl's name
+// held for other leases (memoryOf): each is carried through the vanished
+// BerthLease's path (renew while its Pods stop, then release) and forgotten
+// when done. It reports whether any is left.
+func (r *BerthLeaseReconciler) settleSuperseded(ctx context.Context, bl *berthv1alpha1.BerthLease) bool {
+	r.mu.Lock()
+	var olds []*memory
+	for uid, m := range r.memory {
+		if uid != bl.UID && m.superseded && m.name == ctrlclient.ObjectKeyFromObject(bl) {
+			olds = append(olds, m)
+		}
+	}
+	r.mu.Unlock()
+	left := false
+	for _, old := range olds {
+		gone := old.last.DeepCopy()
+		now := metav1.NewTime(r.Clock.Now())
+		gone.DeletionTimestamp = &now
+		log := logr.FromContextOrDiscard(ctx).WithValues("supersededUID", gone.UID, "lease", gone.EffectiveLeaseName())
+		sctx := logr.NewContext(ctx, log)
+		p, d := r.settle(sctx, gone, old)
+		if err := r.actOnPods(sctx, gone, p, d, PodsStop); err != nil {
+			log.Error(err, "stop the Pods of an earlier BerthLease of this name")
+		}
+		if d.RemoveFinalizer {
+			log.Info("the term of an earlier BerthLease of this name is settled")
+			r.forget(gone.UID)
+			continue
+		}
+		left = true
+	}
+	return left
 }
 
 // settle gathers the facts and decides. A decision that calls the lease API
@@ -387,6 +439,10 @@ func (r *BerthLeaseReconciler) result(p *observation, mem *memory, d Decision) c
 	case p.facts.Shadowed && !p.facts.Deleting:
 		// No event says when the older BerthLease is gone for good.
 		wake = now.Add(p.heartbeat)
+	case !p.facts.Deleting:
+		// Cordoned or invalid: a membership change or an edit wakes the
+		// BerthLease; this is the backstop if that wake-up is lost.
+		wake = now.Add(3 * p.heartbeat)
 	}
 	if wake.IsZero() {
 		return ctrl.Result{}
@@ -424,15 +480,27 @@ func (r *BerthLeaseReconciler) memoryOf(bl *berthv1alpha1.BerthLease) *memory {
 	m, ok := r.memory[bl.UID]
 	if !ok {
 		m = &memory{name: ctrlclient.ObjectKeyFromObject(bl)}
-		// An earlier BerthLease of this name is gone: this one stops its
-		// Pods (strays), and its term is this one's to take up or it
-		// expires. Keeping its memory would count it as holding forever.
+		// An earlier BerthLease of this name is gone (made anew without its
+		// finalizer having run). A term it held for the same lease is this
+		// one's to carry on, with its deadline, so that it is renewed while
+		// the earlier one's Pods (strays) stop. A term it held for another
+		// lease stays in its memory, superseded, and is settled as a
+		// vanished BerthLease's (settleSuperseded).
 		for uid, old := range r.memory {
-			if old.name == m.name {
-				old.stopWatching()
-				delete(r.memory, uid)
-				delete(r.holding, uid)
+			if old.name != m.name {
+				continue
 			}
+			if old.holds() {
+				if old.last != nil && old.last.EffectiveLeaseName() != bl.EffectiveLeaseName() {
+					old.superseded = true
+					continue
+				}
+				m.term, m.recoverToken, m.releaseToken, m.revoked, m.observed = old.term, old.recoverToken, old.releaseToken, old.revoked, old.observed
+				m.started = true
+			}
+			old.stopWatching()
+			delete(r.memory, uid)
+			delete(r.holding, uid)
 		}
 		r.memory[bl.UID] = m
 	}
@@ -467,7 +535,7 @@ func (r *BerthLeaseReconciler) forget(uid types.UID) {
 // keeps a term or a token to recover or release. A BerthLease forgotten
 // meanwhile stays forgotten.
 func (r *BerthLeaseReconciler) noteHolding(uid types.UID, mem *memory) {
-	holds := mem.term != nil || mem.recoverToken > 0 || mem.releaseToken > 0
+	holds := mem.holds()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, known := r.memory[uid]; !known || !holds {

@@ -76,6 +76,13 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 		mem.started = true
 		if st := bl.Status; st.LeaseState == StateHeld && st.CurrentHolder == p.holder && st.FencingToken > 0 {
 			mem.recoverToken = st.FencingToken
+			if st.RenewTime != nil {
+				// The predecessor's local deadline is unknown to this
+				// process; its last renew time in status, read on the wall
+				// clock, bounds it. Without one the Pods stop first.
+				now := r.Clock.Now()
+				mem.recoverDeadline = now.Add(st.RenewTime.Add(LocalValidity(p.ttl)).Sub(now))
+			}
 		}
 	}
 	podsUnknown := false
@@ -83,6 +90,11 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 		if err := r.listPods(ctx, bl, p); err != nil {
 			logr.FromContextOrDiscard(ctx).Error(err, "cannot see the managed Pods; holding on to the lease until they can be seen")
 			podsUnknown = true
+		}
+		if mem.superseded {
+			// Only its own Pods run under a superseded term; the current
+			// BerthLease of the name runs the others under its own.
+			p.running = slices.DeleteFunc(p.running, func(pod corev1.Pod) bool { return pod.Labels[ManagedUID] != string(bl.UID) })
 		}
 	}
 	if r.Membership != nil {
@@ -100,18 +112,19 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 		selfFences.WithLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name).Inc()
 	}
 	p.facts = Facts{
-		Now:          now,
-		Deleting:     !bl.DeletionTimestamp.IsZero(),
-		Invalid:      p.specErr != nil,
-		Cordoned:     p.yieldReason != "",
-		Shadowed:     p.shadowedBy != "",
-		Revoked:      mem.revoked && (mem.term != nil || mem.releaseToken > 0),
-		Term:         mem.term,
-		RecoverToken: mem.recoverToken,
-		ReleaseToken: mem.releaseToken,
-		RunningPods:  len(p.running),
-		PodsUnknown:  podsUnknown,
-		GatedPods:    len(p.gated),
+		Now:             now,
+		Deleting:        !bl.DeletionTimestamp.IsZero(),
+		Invalid:         p.specErr != nil,
+		Cordoned:        p.yieldReason != "",
+		Shadowed:        p.shadowedBy != "",
+		Revoked:         mem.revoked && (mem.term != nil || mem.releaseToken > 0),
+		Term:            mem.term,
+		RecoverToken:    mem.recoverToken,
+		RecoverDeadline: mem.recoverDeadline,
+		ReleaseToken:    mem.releaseToken,
+		RunningPods:     len(p.running),
+		PodsUnknown:     podsUnknown,
+		GatedPods:       len(p.gated),
 	}
 	return p
 }
@@ -157,11 +170,15 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 	ns, name := bl.Namespace, bl.EffectiveLeaseName()
 	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
-	if t := mem.term; t != nil && r.Clock.Now().Before(t.Deadline) {
+	deadline := mem.recoverDeadline // a recovery's, while no term is known
+	if t := mem.term; t != nil {
+		deadline = t.Deadline
+	}
+	if r.Clock.Now().Before(deadline) {
 		// Never hold the reconcile past the local deadline: at the
 		// deadline, stopping comes first.
 		var cancelAtDeadline context.CancelFunc
-		ctx, cancelAtDeadline = context.WithDeadline(ctx, r.wallDeadline(t.Deadline))
+		ctx, cancelAtDeadline = context.WithDeadline(ctx, r.wallDeadline(deadline))
 		defer cancelAtDeadline()
 	}
 
@@ -182,6 +199,9 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 			res, err = r.LeaseClient.Renew(ctx, ns, name, p.holder, token, p.ttl)
 		case CallRecover:
 			token = mem.recoverToken
+			if token == 0 {
+				token = mem.releaseToken
+			}
 			mem.recoverToken = 0
 			res, err = r.LeaseClient.Renew(ctx, ns, name, p.holder, token, p.ttl)
 			if err != nil {
@@ -200,7 +220,7 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 		mem.observed = res
 		if res.Acquired && res.Holder == p.holder {
 			mem.term = &Term{Holder: p.holder, Token: res.FencingToken, Deadline: sent.Add(LocalValidity(p.ttl)), RenewDue: sent.Add(p.heartbeat)}
-			mem.selfFenced, mem.revoked = false, false
+			mem.selfFenced, mem.revoked, mem.releaseToken = false, false, 0
 			return
 		}
 		if res.Revoked && res.Holder == p.holder {
@@ -215,6 +235,7 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 			mem.revoked = true
 			if c != CallAcquire && res.FencingToken == token {
 				mem.term = &Term{Holder: p.holder, Token: res.FencingToken, Deadline: sent.Add(LocalValidity(p.ttl)), RenewDue: sent.Add(p.heartbeat)}
+				mem.releaseToken = 0
 				return
 			}
 			mem.releaseToken = res.FencingToken

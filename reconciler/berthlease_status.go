@@ -32,6 +32,7 @@ const (
 	ReasonSelfFenced          = "SelfFenced"
 	ReasonLeaseNameInUse      = "LeaseNameInUse"
 	ReasonRevoked             = "Revoked"
+	ReasonRecovering          = "Recovering"
 )
 
 // statusInput is what the status is computed from.
@@ -63,6 +64,10 @@ func computeStatus(old berthv1alpha1.BerthLeaseStatus, in statusInput) berthv1al
 	switch {
 	case f.Term != nil:
 		st.LeaseState = StateHeld
+	case f.RecoverToken > 0 || f.ReleaseToken > 0:
+		// A token this cluster may still hold: status keeps it, so that an
+		// agent restarted now recovers it and renews it while Pods stop.
+		st.LeaseState = StateHeld
 	case f.Shadowed && !f.Deleting:
 		st.LeaseState = StateWaiting
 	case f.mustYield() && f.RecoverToken == 0 && f.ReleaseToken == 0:
@@ -71,8 +76,11 @@ func computeStatus(old berthv1alpha1.BerthLeaseStatus, in statusInput) berthv1al
 		st.LeaseState = StateWaiting
 	}
 	st.CurrentHolder, st.FencingToken = mem.observed.Holder, mem.observed.FencingToken
-	if f.Term != nil {
+	switch {
+	case f.Term != nil:
 		st.CurrentHolder, st.FencingToken = f.Term.Holder, f.Term.Token
+	case f.RecoverToken > 0 || f.ReleaseToken > 0:
+		st.CurrentHolder, st.FencingToken = in.holder, max(f.RecoverToken, f.ReleaseToken)
 	}
 	st.AcquiredAt = microTime(mem.observed.AcquiredAt)
 	st.RenewTime = microTime(mem.observed.RenewedAt)
@@ -111,6 +119,9 @@ func acquiredCondition(in statusInput) metav1.Condition {
 		if c.Reason == "" {
 			c.Reason, c.Message = ReasonCordoned, "this cluster is cordoned at the lease API; it takes no leases until uncordoned"
 		}
+	case f.Term == nil && f.RecoverToken > 0:
+		c.Reason = ReasonRecovering
+		c.Message = fmt.Sprintf("restarted while holding the lease with fencing token %d: renewing it before anything else", f.RecoverToken)
 	case mem.apiErr != nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonLeaseAPIUnreachable, mem.apiErr.Error()
 	case mem.observed.Holder != "" && mem.observed.Holder != in.holder:

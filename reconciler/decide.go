@@ -29,6 +29,12 @@ type Facts struct {
 	// agent has no term in memory (it restarted): a renew with it may keep
 	// the lease without a failover.
 	RecoverToken int32
+	// RecoverDeadline bounds how long Pods may run on a recovered token
+	// before its renewal is confirmed: the term's local validity measured
+	// from the renew time status shows, on the agent's wall clock (all that
+	// a restarted process knows of when its predecessor last renewed). Past
+	// it, the Pods are stopped and the token renewed while they stop.
+	RecoverDeadline time.Time
 	// ReleaseToken is a token this cluster may still hold at the lease API
 	// without a term it can trust (a recovery that could not be confirmed):
 	// it is released once no Pod runs, before anything is acquired.
@@ -65,7 +71,8 @@ const (
 	CallNone Call = iota
 	CallAcquire
 	CallRenew
-	// CallRecover renews with the token from status after a restart.
+	// CallRecover renews with a token held without a term: the token from
+	// status after a restart, or one whose recovery failed.
 	CallRecover
 	CallRelease
 )
@@ -107,6 +114,12 @@ func (f Facts) MayRun() bool {
 	return f.Term != nil && f.Now.Before(f.Term.Deadline) && !f.mustYield()
 }
 
+// recovering: restarted while holding, free to keep running, and still
+// within the recovered term's deadline.
+func (f Facts) recovering() bool {
+	return f.Term == nil && f.RecoverToken > 0 && !f.mustYield() && f.Now.Before(f.RecoverDeadline)
+}
+
 // mustYield: the cluster must give the lease up whether or not it holds it.
 func (f Facts) mustYield() bool {
 	return f.Deleting || f.Invalid || f.Cordoned || f.Shadowed || f.Revoked
@@ -126,7 +139,7 @@ func Decide(f Facts) Decision {
 		}
 		return d
 
-	case f.Term == nil && f.RecoverToken > 0 && !f.mustYield():
+	case f.recovering():
 		// Restarted while holding: try to keep the term before anything else.
 		return Decision{Call: CallRecover, Wake: f.Now.Add(stopPollInterval)}
 
@@ -134,10 +147,16 @@ func Decide(f Facts) Decision {
 		// Not allowed to run, yet Pods may be running: stop them, and keep
 		// the lease until they are gone. Renewing past the local deadline is
 		// safe: the lease API only renews a term nobody else has taken, and
-		// holding on keeps anyone else from starting while ours may run.
+		// holding on keeps anyone else from starting while ours may run. A
+		// token held without a term (a restart while the cluster must yield,
+		// or a recovery that failed) is renewed too: the term it names must
+		// outlast the Pods, however long they take to stop.
 		d := Decision{Pods: PodsStop, Phase: PhaseStopping, Wake: f.Now.Add(stopPollInterval)}
-		if f.Term != nil && !f.Now.Before(f.Term.RenewDue) {
+		switch {
+		case f.Term != nil && !f.Now.Before(f.Term.RenewDue):
 			d.Call = CallRenew
+		case f.Term == nil && (f.RecoverToken > 0 || f.ReleaseToken > 0):
+			d.Call = CallRecover
 		}
 		return d
 

@@ -32,10 +32,13 @@ func facts(opts ...func(*Facts)) Facts {
 	return f
 }
 
-func withTerm(t *Term) func(*Facts)      { return func(f *Facts) { f.Term = t } }
-func withRunning(n int) func(*Facts)     { return func(f *Facts) { f.RunningPods = n } }
-func withGated(n int) func(*Facts)       { return func(f *Facts) { f.GatedPods = n } }
-func withRecover(tok int32) func(*Facts) { return func(f *Facts) { f.RecoverToken = tok } }
+func withTerm(t *Term) func(*Facts)  { return func(f *Facts) { f.Term = t } }
+func withRunning(n int) func(*Facts) { return func(f *Facts) { f.RunningPods = n } }
+func withGated(n int) func(*Facts)   { return func(f *Facts) { f.GatedPods = n } }
+func withRecover(tok int32) func(*Facts) {
+	return func(f *Facts) { f.RecoverToken, f.RecoverDeadline = tok, t0.Add(3*time.Second) }
+}
+func recoverDeadlinePassed(f *Facts)     { f.RecoverDeadline = t0 }
 func withRelease(tok int32) func(*Facts) { return func(f *Facts) { f.ReleaseToken = tok } }
 func deleting(f *Facts)                  { f.Deleting = true }
 func invalid(f *Facts)                   { f.Invalid = true }
@@ -49,6 +52,7 @@ func TestDecide(t *testing.T) {
 	poll := t0.Add(stopPollInterval)
 	stopping := Decision{Pods: PodsStop, Phase: PhaseStopping, Wake: poll}
 	stopAndRenew := Decision{Call: CallRenew, Pods: PodsStop, Phase: PhaseStopping, Wake: poll}
+	stopAndRecover := Decision{Call: CallRecover, Pods: PodsStop, Phase: PhaseStopping, Wake: poll}
 	release := Decision{Call: CallRelease, Wake: poll}
 
 	cases := map[string]struct {
@@ -138,9 +142,25 @@ func TestDecide(t *testing.T) {
 			facts: facts(withRecover(7), podsUnknown),
 			want:  Decision{Call: CallRecover, Wake: poll},
 		},
-		"recover token while deleting, Pods running: stop": {
+		"recover token past its deadline, Pods running: stop them, and renew the token meanwhile": {
+			facts: facts(withRecover(7), recoverDeadlinePassed, withRunning(2)),
+			want:  stopAndRecover,
+		},
+		"recover token past its deadline, nothing runs: release it": {
+			facts: facts(withRecover(7), recoverDeadlinePassed),
+			want:  release,
+		},
+		"recover token while deleting, Pods running: stop, and renew the token so the term outlasts them": {
 			facts: facts(withRecover(7), deleting, withRunning(1)),
-			want:  stopping,
+			want:  stopAndRecover,
+		},
+		"recover token while cordoned, Pods running: stop, and renew the token": {
+			facts: facts(withRecover(7), cordoned, withRunning(2)),
+			want:  stopAndRecover,
+		},
+		"recover token while shadowed, Pods unknown: stop, and renew the token": {
+			facts: facts(withRecover(7), shadowed, podsUnknown),
+			want:  stopAndRecover,
 		},
 		"recover token while deleting, no Pods: release": {
 			facts: facts(withRecover(7), deleting),
@@ -156,13 +176,13 @@ func TestDecide(t *testing.T) {
 		},
 
 		// An unconfirmed recovery left a token to release.
-		"release token, Pods running: stop, no call": {
+		"release token, Pods running: stop, and renew the token": {
 			facts: facts(withRelease(7), withRunning(1)),
-			want:  stopping,
+			want:  stopAndRecover,
 		},
-		"release token, Pods unknown: stop, no call": {
+		"release token, Pods unknown: stop, and renew the token": {
 			facts: facts(withRelease(7), podsUnknown),
-			want:  stopping,
+			want:  stopAndRecover,
 		},
 		"release token, no Pods: release before acquiring": {
 			facts: facts(withRelease(7), withGated(1)),
@@ -323,7 +343,10 @@ func violations(f Facts, d Decision) []string {
 	mayRun := f.MayRun()
 	podsMayRun := f.RunningPods > 0 || f.PodsUnknown
 	holdsSomething := f.Term != nil || f.RecoverToken > 0 || f.ReleaseToken > 0
-	recovering := f.Term == nil && f.RecoverToken > 0 && !f.mustYield()
+	recovering := f.Term == nil && f.RecoverToken > 0 && !f.mustYield() && f.Now.Before(f.RecoverDeadline)
+	// keepingToken: Pods may run and only a token (no term) is held: it is
+	// renewed while they stop.
+	keepingToken := f.Term == nil && (f.RecoverToken > 0 || f.ReleaseToken > 0) && podsMayRun
 
 	// MayRun itself.
 	wantMayRun := f.Term != nil && f.Now.Before(f.Term.Deadline) && !f.Deleting && !f.Invalid && !f.Cordoned && !f.Shadowed && !f.Revoked
@@ -348,7 +371,8 @@ func violations(f Facts, d Decision) []string {
 	check(!d.RemoveFinalizer || !holdsSomething, "RemoveFinalizer while a term or token is held")
 	check(!d.RemoveFinalizer || d.Call == CallNone, "RemoveFinalizer with a call")
 	check(d.Call != CallRenew || (f.Term != nil && !f.Now.Before(f.Term.RenewDue)), "CallRenew without a due term")
-	check(d.Call != CallRecover || recovering, "CallRecover while not recovering")
+	check(d.Call != CallRecover || recovering || keepingToken, "CallRecover while not recovering")
+	check(!keepingToken || recovering || d.Call == CallRecover, "a token held while Pods may run is not renewed")
 	check(d.Pods != PodsStop || !mayRun, "PodsStop while the term may run")
 	check((d.Pods == PodsStop) == (d.Phase == PhaseStopping), "Pods %v with Phase %q", d.Pods, d.Phase)
 
@@ -399,14 +423,14 @@ func TestDecideInvariants(t *testing.T) {
 	for mask := 0; mask < 1<<flags; mask++ {
 		on := func(i int) bool { return mask&(1<<i) != 0 }
 		for ts := termNone; ts < termStates; ts++ {
-			for _, rec := range []int32{0, 5} {
+			for _, rec := range []int32{0, 5, -5} { // -5: token 5, its deadline passed
 				for _, rel := range []int32{0, 4} {
 					for _, running := range []int{0, 1} {
 						for _, unknown := range []bool{false, true} {
 							for _, gated := range []int{0, 1} {
 								f := Facts{
 									Now: t0, Deleting: on(0), Invalid: on(1), Cordoned: on(2), Shadowed: on(3), KeyShared: on(4), Revoked: on(5),
-									Term: ts.term(), RecoverToken: rec, ReleaseToken: rel,
+									Term: ts.term(), RecoverToken: max(rec, -rec), RecoverDeadline: t0.Add(time.Duration(rec) * time.Second), ReleaseToken: rel,
 									RunningPods: running, PodsUnknown: unknown, GatedPods: gated,
 								}
 								n++
@@ -418,7 +442,7 @@ func TestDecideInvariants(t *testing.T) {
 			}
 		}
 	}
-	if want := (1 << flags) * int(termStates) * 2 * 2 * 2 * 2 * 2; n != want {
+	if want := (1 << flags) * int(termStates) * 3 * 2 * 2 * 2 * 2; n != want {
 		t.Fatalf("enumerated %d combinations, want %d", n, want)
 	}
 }
@@ -475,9 +499,11 @@ func FuzzDecide(f *testing.F) {
 			KeyShared:    flags&32 != 0,
 			Revoked:      flags&64 != 0,
 			RecoverToken: rec,
-			ReleaseToken: rel,
-			RunningPods:  running,
-			GatedPods:    gated,
+			// The recover deadline rides on the renew offset's sign.
+			RecoverDeadline: t0.Add(time.Duration(renewMs%2) * time.Second),
+			ReleaseToken:    rel,
+			RunningPods:     running,
+			GatedPods:       gated,
 		}
 		if hasTerm {
 			// Offsets within ±1000 days keep the times representable.

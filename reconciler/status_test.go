@@ -178,7 +178,7 @@ func TestStatusCompute(t *testing.T) {
 		"deleting, release still to do": {
 			in: input(facts(deleting, withRelease(7)), apiErr(errUnreachable)),
 			want: summary{
-				LeaseState: StateWaiting, ObservedGeneration: 4,
+				LeaseState: StateHeld, CurrentHolder: us, FencingToken: 7, ObservedGeneration: 4,
 				Acquired: deletingCond, HeartbeatHealthy: unreachable, Conditions: 2,
 			},
 		},
@@ -221,8 +221,8 @@ func TestStatusCompute(t *testing.T) {
 		"restarted, recovering": {
 			in: input(facts(withRecover(7), withRunning(1))),
 			want: summary{
-				LeaseState: StateWaiting, ObservedGeneration: 4, ManagedPods: 1, RunningPods: 1,
-				Acquired:         cond{metav1.ConditionFalse, ReasonFree, "the lease is free; acquiring", 4},
+				LeaseState: StateHeld, CurrentHolder: us, FencingToken: 7, ObservedGeneration: 4, ManagedPods: 1, RunningPods: 1,
+				Acquired:         cond{metav1.ConditionFalse, ReasonRecovering, "restarted while holding the lease with fencing token 7: renewing it before anything else", 4},
 				HeartbeatHealthy: reachable, Conditions: 2,
 			},
 		},

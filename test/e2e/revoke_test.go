@@ -67,10 +67,11 @@ func TestAdminReleaseHandsOver(t *testing.T) {
 
 // TestRevokeWhileStopping: the holder is handing its lease over (cordoned)
 // but cannot confirm its Pods gone: its kubelets (kwok) are frozen, so the
-// Pods stay Terminating. An administrator, impatient, revokes the term. The
-// holder keeps renewing its revoked term while its Pods may run, so no other
-// cluster may start, however long that takes; once the kubelets report the
-// Pods gone, it releases and another cluster takes over.
+// Pods stay Terminating. An administrator, impatient, revokes the term, and
+// the holder's agent restarts meanwhile. The holder keeps renewing its
+// revoked term while its Pods may run, so no other cluster may start,
+// however long that takes; once the kubelets report the Pods gone, it
+// releases and another cluster takes over.
 func TestRevokeWhileStopping(t *testing.T) {
 	r := startFleet(t)
 	holder, _ := r.runner(t, 90*time.Second, "one cluster runs both replicas")
@@ -104,8 +105,15 @@ func TestRevokeWhileStopping(t *testing.T) {
 		t.Fatalf("revoke: %v", err)
 	}
 	// Two TTLs: without renewals of the revoked term it would have expired
-	// and another cluster would run beside the Terminating Pods.
-	time.Sleep(2 * ttl)
+	// and another cluster would run beside the Terminating Pods. Midway the
+	// holder's agent restarts: the new process, which knows the term only
+	// from status, must renew it while the Pods stop too.
+	time.Sleep(ttl)
+	m.StopAgent()
+	if err := m.StartAgent(holder); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl)
 	if got, err := r.LeaseAPI.Admin.GetLease(t.Context(), ns, name); err != nil || got.Holder != holder || got.FencingToken != l.FencingToken || !got.Revoked {
 		t.Fatalf("lease %s after the revocation, Pods still Terminating: %+v, %v; want %s's term %d, revoked", ttl*2, got, err, holder, l.FencingToken)
 	}
