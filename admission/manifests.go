@@ -224,22 +224,12 @@ func policy(operatorUser string) *admissionregistrationv1.ValidatingAdmissionPol
 		ObjectMeta: metav1.ObjectMeta{Name: PolicyName, Labels: labels()},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				NamespaceSelector: &metav1.LabelSelector{},
-				ObjectSelector:    &metav1.LabelSelector{},
-				MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-						Rule: admissionregistrationv1.Rule{
-							APIGroups:   []string{""},
-							APIVersions: []string{"v1"},
-							Resources:   append([]string{"pods"}, podSubresources...),
-							Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
-						},
-					},
-				}},
-			},
+			MatchConstraints: matchEverywhere(admissionregistrationv1.Rule{
+				APIGroups:   []string{""},
+				APIVersions: []string{"v1"},
+				Resources:   append([]string{"pods"}, podSubresources...),
+				Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
+			}, admissionregistrationv1.Create, admissionregistrationv1.Update),
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       "berth-pod",
 				Expression: celBerth("object") + " || " + celBerth("oldObject"),
@@ -300,22 +290,12 @@ func finalizerPolicy(operatorUser string) *admissionregistrationv1.ValidatingAdm
 		ObjectMeta: metav1.ObjectMeta{Name: FinalizerPolicyName, Labels: labels()},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				NamespaceSelector: &metav1.LabelSelector{},
-				ObjectSelector:    &metav1.LabelSelector{},
-				MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-						Rule: admissionregistrationv1.Rule{
-							APIGroups:   []string{berthv1alpha1.GroupVersion.Group},
-							APIVersions: []string{"*"},
-							Resources:   []string{"berthleases"},
-							Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
-						},
-					},
-				}},
-			},
+			MatchConstraints: matchEverywhere(admissionregistrationv1.Rule{
+				APIGroups:   []string{berthv1alpha1.GroupVersion.Group},
+				APIVersions: []string{"*"},
+				Resources:   []string{"berthleases"},
+				Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
+			}, admissionregistrationv1.Update),
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       "removes-finalizer",
 				Expression: celHasFinalizer("oldObject") + " && !" + celHasFinalizer("object"),
@@ -329,6 +309,19 @@ func finalizerPolicy(operatorUser string) *admissionregistrationv1.ValidatingAdm
 				Reason:  ptr.To(metav1.StatusReasonForbidden),
 			}},
 		},
+	}
+}
+
+// matchEverywhere matches rule's operations in every namespace and on every object: a
+// policy that selected less would leave a way past it.
+func matchEverywhere(rule admissionregistrationv1.Rule, ops ...admissionregistrationv1.OperationType) *admissionregistrationv1.MatchResources {
+	return &admissionregistrationv1.MatchResources{
+		NamespaceSelector: &metav1.LabelSelector{},
+		ObjectSelector:    &metav1.LabelSelector{},
+		MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
+		ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+			RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: rule},
+		}},
 	}
 }
 

@@ -298,9 +298,7 @@ func (r *BerthLeaseReconciler) settleSuperseded(ctx context.Context, bl *berthv1
 	r.mu.Unlock()
 	left := false
 	for _, old := range olds {
-		gone := old.last.DeepCopy()
-		now := metav1.NewTime(r.Clock.Now())
-		gone.DeletionTimestamp = &now
+		gone := r.goneCopy(old.last)
 		log := logr.FromContextOrDiscard(ctx).WithValues("supersededUID", gone.UID, "lease", gone.EffectiveLeaseName())
 		sctx := logr.NewContext(ctx, log)
 		p, d := r.settle(sctx, gone, old)
@@ -414,17 +412,22 @@ func (r *BerthLeaseReconciler) goneOf(name types.NamespacedName) (*berthv1alpha1
 			found = m
 		}
 	}
-	now := metav1.NewTime(r.Clock.Now())
 	if found != nil {
-		bl := found.last.DeepCopy()
-		bl.DeletionTimestamp = &now
-		return bl, found
+		return r.goneCopy(found.last), found
 	}
-	bl := &berthv1alpha1.BerthLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name, DeletionTimestamp: &now},
+	bl := r.goneCopy(&berthv1alpha1.BerthLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name},
 		Spec:       berthv1alpha1.BerthLeaseSpec{TTLSeconds: minTTLSeconds, HeartbeatIntervalSeconds: 1},
-	}
+	})
 	return bl, &memory{name: name, started: true}
+}
+
+// goneCopy is bl as a BerthLease that is gone is decided on: marked deleted.
+func (r *BerthLeaseReconciler) goneCopy(bl *berthv1alpha1.BerthLease) *berthv1alpha1.BerthLease {
+	gone := bl.DeepCopy()
+	now := metav1.NewTime(r.Clock.Now())
+	gone.DeletionTimestamp = &now
+	return gone
 }
 
 // result schedules the next look: at the decision's wake-up, or, while
@@ -498,9 +501,7 @@ func (r *BerthLeaseReconciler) memoryOf(bl *berthv1alpha1.BerthLease) *memory {
 				m.term, m.recoverToken, m.releaseToken, m.revoked, m.observed = old.term, old.recoverToken, old.releaseToken, old.revoked, old.observed
 				m.started = true
 			}
-			old.stopWatching()
-			delete(r.memory, uid)
-			delete(r.holding, uid)
+			r.dropLocked(uid)
 		}
 		r.memory[bl.UID] = m
 	}
@@ -514,21 +515,24 @@ func (r *BerthLeaseReconciler) forgetName(name types.NamespacedName) {
 	defer r.mu.Unlock()
 	for uid, m := range r.memory {
 		if m.name == name {
-			m.stopWatching()
-			delete(r.memory, uid)
-			delete(r.holding, uid)
+			r.dropLocked(uid)
 		}
 	}
 }
 
 func (r *BerthLeaseReconciler) forget(uid types.UID) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dropLocked(uid)
+}
+
+// dropLocked forgets one BerthLease and ends its long poll; r.mu is held.
+func (r *BerthLeaseReconciler) dropLocked(uid types.UID) {
 	if m, ok := r.memory[uid]; ok {
 		m.stopWatching()
 	}
 	delete(r.memory, uid)
 	delete(r.holding, uid)
-	r.mu.Unlock()
 }
 
 // noteHolding records, at the end of a reconcile, whether the BerthLease

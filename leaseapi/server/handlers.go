@@ -61,32 +61,12 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, p Principal) erro
 	return nil
 }
 
+// release ends the caller's own term: the holder's statement that its
+// workload has stopped. An administrator's release of another subject's
+// live term revokes it instead, since only the holder knows when its
+// workload has stopped.
 func (s *Server) release(w http.ResponseWriter, r *http.Request, p Principal) error {
-	key, err := keyOf(r)
-	if err != nil {
-		return err
-	}
-	var req leaseapi.ReleaseRequest
-	if err := decodeValid(r, &req); err != nil {
-		return err
-	}
-	var d lease.Decision
-	switch {
-	case p.mayHold(req.Holder):
-		d, err = s.Service.Release(r.Context(), key, req.Holder, req.FencingToken)
-	case p.Admin:
-		// Only the holder knows when its workload has stopped: an
-		// administrator's release of another subject's live term revokes
-		// it, and the term moves once its holder releases it or ends.
-		d, err = s.Service.Revoke(r.Context(), key, req.Holder, req.FencingToken)
-	default:
-		return forbiddenHolder(p, req.Holder)
-	}
-	if err != nil {
-		return err
-	}
-	s.answerRevoke(w, key, req, p, d)
-	return nil
+	return s.endTerm(w, r, p, false)
 }
 
 // revoke asks the holder of a live term to hand it over: the term is marked
@@ -95,6 +75,12 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, p Principal) er
 // holder may still run, whoever asks: the holder's own subject, or an
 // administrator. berthctl's release uses it.
 func (s *Server) revoke(w http.ResponseWriter, r *http.Request, p Principal) error {
+	return s.endTerm(w, r, p, true)
+}
+
+// endTerm is release and revoke: the holder's own release frees its term,
+// anything else the caller may do revokes it.
+func (s *Server) endTerm(w http.ResponseWriter, r *http.Request, p Principal, revoke bool) error {
 	key, err := keyOf(r)
 	if err != nil {
 		return err
@@ -103,23 +89,25 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, p Principal) err
 	if err := decodeValid(r, &req); err != nil {
 		return err
 	}
-	if !p.mayHold(req.Holder) && !p.Admin {
+	owner := p.mayHold(req.Holder)
+	if !owner && !p.Admin {
 		return forbiddenHolder(p, req.Holder)
 	}
-	d, err := s.Service.Revoke(r.Context(), key, req.Holder, req.FencingToken)
+	var d lease.Decision
+	if revoke || !owner {
+		d, err = s.Service.Revoke(r.Context(), key, req.Holder, req.FencingToken)
+	} else {
+		d, err = s.Service.Release(r.Context(), key, req.Holder, req.FencingToken)
+	}
 	if err != nil {
 		return err
 	}
-	s.answerRevoke(w, key, req, p, d)
-	return nil
-}
-
-func (s *Server) answerRevoke(w http.ResponseWriter, key leaseapi.Key, req leaseapi.ReleaseRequest, p Principal, d lease.Decision) {
 	s.Metrics.observeDecision(d)
 	if d.Outcome == lease.OutcomeRevoked && d.Write {
 		s.Log.Info("lease revoked", "lease", key.String(), "holder", req.Holder, "fencingToken", req.FencingToken, "expiresAt", d.Next.ExpiresAt, "subject", p.Subject)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func (s *Server) getLease(w http.ResponseWriter, r *http.Request, _ Principal) error {

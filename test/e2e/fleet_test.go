@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,4 +164,24 @@ func (r *run) record(t *testing.T, scenario string, failover time.Duration) {
 	if path := os.Getenv("BERTH_E2E_SUMMARY"); path != "" {
 		_ = os.WriteFile(path, []byte(table), 0o644)
 	}
+}
+
+// freezeKubelets stops m's kwok, which plays its kubelets, so that its Pods
+// stay Terminating: nothing confirms them gone. thaw resumes it; it runs at
+// the test's end too, and only once.
+func freezeKubelets(t *testing.T, m *localfleet.Member) (thaw func()) {
+	t.Helper()
+	if err := m.Cluster.Signal("kwok", syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	thaw = func() {
+		once.Do(func() {
+			if err := m.Cluster.Signal("kwok", syscall.SIGCONT); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(thaw)
+	return thaw
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
@@ -78,19 +77,7 @@ func TestRevokeWhileStopping(t *testing.T) {
 	m := r.Member(holder)
 	ns, name := workload.Namespace, workload.Name
 
-	if err := m.Cluster.Signal("kwok", syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			thawed = true
-			if err := m.Cluster.Signal("kwok", syscall.SIGCONT); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	t.Cleanup(thaw)
+	thaw := freezeKubelets(t, m)
 	if _, err := r.LeaseAPI.Admin.Cordon(t.Context(), holder); err != nil {
 		t.Fatal(err)
 	}

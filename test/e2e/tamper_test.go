@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -143,19 +142,7 @@ func TestTamperedObjects(t *testing.T) {
 	// Its kubelets are frozen first, so the Pods stay Terminating; and a
 	// GitOps tool makes the BerthLease anew at once. The term the vanished
 	// BerthLease held must be renewed until its Pods are gone.
-	if err := m.Cluster.Signal("kwok", syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			thawed = true
-			if err := m.Cluster.Signal("kwok", syscall.SIGCONT); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	t.Cleanup(thaw)
+	thaw := freezeKubelets(t, m)
 	if err := m.Client.Delete(ctx, &bl); err != nil {
 		t.Fatal(err)
 	}

@@ -89,16 +89,10 @@ func (s *Store) startClock(cfg *rest.Config, opts refclock.Options) error {
 	if opts.MaxUncertainty <= 0 {
 		opts.MaxUncertainty = ClockMaxUncertainty
 	}
-	s.clock = refclock.New(c.read, opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.clock.Run(ctx)
-	}()
+	var stop func()
+	s.clock, stop = refclock.Start(c.read, opts)
 	s.stopClock = func() {
-		cancel()
-		<-done
+		stop()
 		c.client.CloseIdleConnections()
 	}
 	return nil

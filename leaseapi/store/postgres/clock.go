@@ -38,15 +38,5 @@ func (s *Store) startClock(opts refclock.Options) {
 	if opts.MaxUncertainty <= 0 {
 		opts.MaxUncertainty = ClockMaxUncertainty
 	}
-	s.clock = refclock.New(s.readClock, opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.clock.Run(ctx)
-	}()
-	s.stopClock = func() {
-		cancel()
-		<-done
-	}
+	s.clock, s.stopClock = refclock.Start(s.readClock, opts)
 }

@@ -255,6 +255,22 @@ func (c *Clock) addLocked(s sample) {
 	c.samples = append(c.samples, s)
 }
 
+// Start returns a Clock that samples read in the background until stop is
+// called (stop waits until sampling has ended).
+func Start(read ReadFunc, opts Options) (c *Clock, stop func()) {
+	c = New(read, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx)
+	}()
+	return c, func() {
+		cancel()
+		<-done
+	}
+}
+
 // Run samples the remote clock in the background until ctx ends.
 func (c *Clock) Run(ctx context.Context) {
 	for {
