@@ -65,7 +65,11 @@ lint: $(TOOLS_BIN)/golangci-lint ## Run golangci-lint.
 ##@ Testing
 
 .PHONY: test
-test: tools build vet lint verify-gen test-go fuzz ## Run every test and check: lint, generated files, unit, integration, fuzz smoke, process and end-to-end.
+test: check-files tools build vet lint verify-gen test-go fuzz ## Run every test and check: tracked files, lint, generated files, unit, integration, fuzz smoke, process and end-to-end.
+
+.PHONY: check-files
+check-files: ## Fail when git tracks a build output (an executable binary, or a file over 1 MiB).
+	./hack/check-tracked-files.sh
 
 .PHONY: test-go
 test-go: ## Run the Go tests (needs `make tools` for the suites on real clusters).
