@@ -203,3 +203,22 @@ func (r *Registrar) interval() time.Duration {
 	}
 	return DefaultHeartbeatInterval
 }
+
+// RegisterFirst reads the cluster's fingerprint from c and registers the
+// cluster once, before anything else starts, so that the reconciler knows
+// from its first reconcile whether it may hold leases. Only reading the
+// fingerprint fails it: a refused or failed registration is what Membership
+// then says, and the heartbeat keeps trying.
+func (r *Registrar) RegisterFirst(ctx context.Context, c ctrlclient.Reader) error {
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	fingerprint, err := Fingerprint(fctx, c)
+	if err != nil {
+		return err
+	}
+	r.Fingerprint = fingerprint
+	if err := r.Register(ctx); err != nil && !errors.Is(err, client.ErrConflict) {
+		r.Log.Error(err, "first registration failed; retrying with the heartbeat", "cluster", r.ClusterID)
+	}
+	return nil
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -14,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -25,6 +24,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
+	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi/client"
@@ -98,17 +102,20 @@ type BerthLeaseReconciler struct {
 	// it may hold leases. package fleet's Registrar provides it.
 	Membership func() (reason, message string)
 
-	mu     sync.Mutex
-	memory map[types.UID]*memory
-	// wake carries long-poll events into the controller.
-	wake chan event.GenericEvent
-	// stopped: Stop was called; no long poll starts any more.
-	stopped bool
-	// inflight counts the reconciles running now, and holding the
-	// BerthLeases whose last reconcile ended keeping a term or a token to
-	// recover or release: HandedOver reads both while reconciles run.
-	inflight atomic.Int32
-	holding  map[types.UID]bool
+	// Wake asks for a BerthLease to be reconciled now, when no watch event
+	// would bring it (a long poll saw its lease change). Whoever runs the
+	// reconciler's controller sets it: SetupWithManager, or fleet mode for
+	// each member cluster. Without it no long poll runs.
+	Wake func(ctx context.Context, name types.NamespacedName)
+
+	defaultsOnce sync.Once
+	mu           sync.Mutex
+	memory       map[types.UID]*memory
+	// polls is the context long polls run under (Start).
+	polls context.Context
+	// holding holds the BerthLeases whose last reconcile ended keeping a
+	// term or a token to recover or release (Holding).
+	holding map[types.UID]bool
 }
 
 // memory is what the reconciler keeps of one BerthLease between reconciles;
@@ -150,7 +157,9 @@ func (m *memory) holds() bool {
 	return m.term != nil || m.recoverToken > 0 || m.releaseToken > 0
 }
 
-// SetupWithManager registers the reconciler with the controller-runtime manager.
+// SetupWithManager runs the reconciler under a controller of mgr's own
+// cluster (single-cluster mode): the controller SetupController declares,
+// and the reconciler's long polls for as long as the manager leads.
 func (r *BerthLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.LeaseClient == nil {
 		return errors.New("BerthLeaseReconciler needs a LeaseClient")
@@ -164,17 +173,62 @@ func (r *BerthLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("berth-agent")
 	}
+	wakes := make(chan event.TypedGenericEvent[mcreconcile.Request])
+	if r.Wake == nil {
+		r.Wake = WakeInto(wakes, "")
+	}
+	if err := mgr.Add(r); err != nil {
+		return err
+	}
+	local, err := mcmanager.WithMultiCluster(mgr, nil)
+	if err != nil {
+		return err
+	}
+	return SetupController(local, wakes, mcreconcile.Func(func(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
+		return r.Reconcile(ctx, req.Request)
+	}))
+}
+
+// SetupController declares the BerthLease controller, once for both modes:
+// it reconciles each BerthLease on changes to it, to its managed Pods, and
+// on the wake-ups its reconciler asks for (wakes). On a manager without a
+// provider it watches the manager's own cluster (single-cluster mode); with
+// one, every cluster the provider engages (fleet mode), each request naming
+// its cluster.
+func SetupController(mgr mcmanager.Manager, wakes <-chan event.TypedGenericEvent[mcreconcile.Request], r mcreconcile.Reconciler) error {
 	if err := IndexBerthLeases(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	return mcbuilder.ControllerManagedBy(mgr).
 		For(&berthv1alpha1.BerthLease{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(PodToBerthLease),
-			builder.WithPredicates(predicate.NewPredicateFuncs(IsManaged))).
-		WatchesRawSource(source.Channel(r.Wakes(), &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Watches(&corev1.Pod{}, mchandler.EnqueueRequestsFromMapFunc(PodToBerthLease),
+			mcbuilder.WithPredicates(predicate.NewPredicateFuncs(IsManaged))).
+		WatchesRawSource(source.TypedChannel(wakes, enqueueWake)).
+		// multicluster-runtime's builder does not apply the manager's
+		// SkipNameValidation itself (tests run many managers in one process).
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: 4,
+			SkipNameValidation: mgr.GetControllerOptions().SkipNameValidation}).
 		Named("berthlease").
 		Complete(r)
+}
+
+// WakeInto is a Wake that sends the BerthLease's request, in cluster, into
+// wakes: the channel SetupController watches. It gives up when ctx ends.
+func WakeInto(wakes chan<- event.TypedGenericEvent[mcreconcile.Request], cluster multicluster.ClusterName) func(context.Context, types.NamespacedName) {
+	return func(ctx context.Context, name types.NamespacedName) {
+		req := mcreconcile.Request{ClusterName: cluster, Request: reconcile.Request{NamespacedName: name}}
+		select {
+		case wakes <- event.TypedGenericEvent[mcreconcile.Request]{Object: req}:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// enqueueWake adds a wake-up's request to the controller's queue.
+var enqueueWake = handler.TypedFuncs[mcreconcile.Request, mcreconcile.Request]{
+	GenericFunc: func(_ context.Context, e event.TypedGenericEvent[mcreconcile.Request], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+		q.Add(e.Object)
+	},
 }
 
 // IsManaged reports whether o is a managed Pod (it names a BerthLease).
@@ -193,29 +247,29 @@ func PodToBerthLease(_ context.Context, o ctrlclient.Object) []reconcile.Request
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 }
 
+// defaults fills in what was left unset, once, before the first reconcile.
 func (r *BerthLeaseReconciler) defaults() {
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
-	if r.CallTimeout <= 0 {
-		r.CallTimeout = DefaultCallTimeout
-	}
-	if r.APIReader == nil {
-		r.APIReader = r.Client
-	}
-	r.mu.Lock()
-	if r.memory == nil {
+	r.defaultsOnce.Do(func() {
+		if r.Clock == nil {
+			r.Clock = clock.RealClock{}
+		}
+		if r.CallTimeout <= 0 {
+			r.CallTimeout = DefaultCallTimeout
+		}
+		if r.APIReader == nil {
+			r.APIReader = r.Client
+		}
+		r.mu.Lock()
 		r.memory = map[types.UID]*memory{}
-	}
-	r.mu.Unlock()
+		r.holding = map[types.UID]bool{}
+		r.mu.Unlock()
+	})
 }
 
 // Reconcile bounds both central calls and local cleanup operations. The
 // client supplied by main bypasses the informer cache for security-sensitive
 // reads.
 func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	r.inflight.Add(1)
-	defer r.inflight.Add(-1)
 	r.defaults()
 	log := r.Log.WithValues("berthLease", req.NamespacedName)
 	ctx = logr.NewContext(ctx, log)
@@ -545,9 +599,6 @@ func (r *BerthLeaseReconciler) noteHolding(uid types.UID, mem *memory) {
 	if _, known := r.memory[uid]; !known || !holds {
 		delete(r.holding, uid)
 		return
-	}
-	if r.holding == nil {
-		r.holding = map[types.UID]bool{}
 	}
 	r.holding[uid] = true
 }

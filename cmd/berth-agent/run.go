@@ -2,9 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -19,15 +20,17 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	"github.com/berthfleet/berth/admission"
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/fleet"
-	"github.com/berthfleet/berth/leaseapi/client"
+	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 	"github.com/berthfleet/berth/reconciler"
 )
 
@@ -59,17 +62,18 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		ManagedWorkloads:  o.managedWorkloads,
 		OperatorNamespace: o.operatorNamespace,
 	}
+	var registrar *fleet.Registrar
 	if o.clusterID != "" {
 		direct, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: scheme})
 		if err != nil {
 			return err
 		}
-		registrar, err := newRegistrar(ctx, direct, leases, o.clusterID, o, log)
-		if err != nil {
+		registrar = &fleet.Registrar{ClusterID: o.clusterID, AgentVersion: version, Registry: leases,
+			Interval: o.heartbeatInterval, Log: log.WithName("fleet")}
+		if err := registrar.RegisterFirst(ctx, direct); err != nil {
 			return err
 		}
 		r.Membership = registrar.Membership
-		registrar.OnChange = r.WakeAll
 		if err := mgr.Add(registrar); err != nil {
 			return err
 		}
@@ -79,6 +83,10 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the BerthLease controller: %w", err)
+	}
+	if registrar != nil {
+		// Set once the controller exists: SetupWithManager wires r.Wake.
+		registrar.OnChange = func(ctx context.Context) { fleet.WakeAll(logr.NewContext(ctx, log), mgr.GetClient(), r.Wake) }
 	}
 	if err := addProbes(mgr, leases); err != nil {
 		return err
@@ -102,7 +110,7 @@ type probed interface {
 }
 
 // addProbes adds /healthz and the lease API's readiness to /readyz.
-func addProbes(mgr probed, leases *client.Client) error {
+func addProbes(mgr probed, leases *leaseclient.Client) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -113,8 +121,8 @@ func addProbes(mgr probed, leases *client.Client) error {
 	})
 }
 
-func newLeaseClient(o options, tokenFile string, log logr.Logger) (*client.Client, error) {
-	leases, err := client.New(client.Config{URL: o.leaseAPIURL, TokenFile: tokenFile, CAFile: o.leaseAPICAFile, Log: log.WithName("leaseapi")})
+func newLeaseClient(o options, tokenFile string, log logr.Logger) (*leaseclient.Client, error) {
+	leases, err := leaseclient.New(leaseclient.Config{URL: o.leaseAPIURL, TokenFile: tokenFile, CAFile: o.leaseAPICAFile, Log: log.WithName("leaseapi")})
 	if err != nil {
 		return nil, fmt.Errorf("lease API client: %w", err)
 	}
@@ -187,32 +195,6 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manag
 	return mgr, nil
 }
 
-// newRegistrar reads the cluster's fingerprint and registers the cluster
-// once before anything starts, so that the reconciler knows from its first
-// reconcile whether it may hold leases.
-func newRegistrar(ctx context.Context, direct ctrlclient.Reader, leases *client.Client, clusterID string, o options, log logr.Logger) (*fleet.Registrar, error) {
-	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	fingerprint, err := fleet.Fingerprint(fctx, direct)
-	if err != nil {
-		return nil, err
-	}
-	registrar := &fleet.Registrar{
-		ClusterID:    clusterID,
-		Fingerprint:  fingerprint,
-		AgentVersion: version,
-		Registry:     leases,
-		Interval:     o.heartbeatInterval,
-		Log:          log.WithName("fleet"),
-	}
-	if err := registrar.Register(ctx); err != nil && !errors.Is(err, client.ErrConflict) {
-		// Not fatal: the heartbeat keeps trying, and until it succeeds the
-		// reconciler takes no lease.
-		log.Error(err, "first registration failed; retrying with the heartbeat", "cluster", clusterID)
-	}
-	return registrar, nil
-}
-
 // setupAdmission serves the WorkloadAdmission webhooks. Only the agent's own
 // identity may ungate managed Pods; it asks the API server who it is, so the
 // name cannot drift from the credentials it really uses.
@@ -230,4 +212,91 @@ func setupAdmission(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, log
 	user := review.Status.UserInfo.Username
 	log.Info("serving workload admission", "operatorUser", user)
 	return admission.SetupWorkloadAdmission(mgr, &admission.WorkloadAdmission{OperatorUser: user, Mutate: true})
+}
+
+// noHostCluster is the local manager's configuration when fleet mode runs
+// without --kubeconfig: nothing in fleet mode uses the local cluster
+// (controllers engage only the folder's clusters, leader election is off),
+// so it is never dialled.
+var noHostCluster = &rest.Config{Host: "https://no-host-cluster.berth.invalid"}
+
+// runFleet is fleet mode: one process serves every cluster whose kubeconfig
+// is a file of --fleet-kubeconfig-dir, each under its own cluster id (the
+// file name without extension) with its own reconciler, lease API token and
+// registration (fleet.Members). Clusters join and leave as files come and go.
+func runFleet(ctx context.Context, o options, log logr.Logger) error {
+	scheme, err := newScheme()
+	if err != nil {
+		return err
+	}
+	// The host cluster, when there is one, holds only leader election.
+	host := noHostCluster
+	if o.kubeconfig != "" {
+		if host, err = restConfig(o.kubeconfig); err != nil {
+			return err
+		}
+	}
+	cacheOpts, err := managedPodsCache()
+	if err != nil {
+		return err
+	}
+	dir := fleet.NewKubeconfigDir(o.fleetKubeconfigDir, log.WithName("fleet-dir"), func(co *cluster.Options) {
+		co.Scheme = scheme
+		co.Cache = cacheOpts
+	})
+	mgr, err := mcmanager.New(host, dir, mcmanager.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsBindAddress},
+		HealthProbeBindAddress:        o.healthProbeBindAddress,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              "berth-agent-fleet.berth.skaphos.io",
+		LeaderElectionNamespace:       o.operatorNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	members := &fleet.Members{
+		LeaseClient: func(id string) (fleet.LeaseClient, error) {
+			leases, err := newLeaseClient(o, clusterTokenFile(o, id), log.WithValues("cluster", id))
+			if err != nil {
+				return nil, err
+			}
+			return leases, nil
+		},
+		ManagedWorkloads:  o.managedWorkloads,
+		OperatorNamespace: o.operatorNamespace,
+		AgentVersion:      version,
+		HeartbeatInterval: o.heartbeatInterval,
+		Log:               log,
+	}
+	dir.BeforeLeave = members.Leave
+	if err := members.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	// The shared token, for readiness only.
+	shared, err := newLeaseClient(o, o.leaseAPITokenFile, log)
+	if err != nil {
+		return err
+	}
+	if err := addProbes(mgr, shared); err != nil {
+		return err
+	}
+	if o.managedWorkloads {
+		log.Info("fleet mode serves no admission webhooks: install them in each member cluster (docs/operations.md)")
+	}
+	log.Info("starting berth-agent in fleet mode", "version", version, "dir", o.fleetKubeconfigDir, "hostCluster", o.kubeconfig != "",
+		"managedWorkloads", o.managedWorkloads, "leaseAPI", o.leaseAPIURL)
+	return mgr.Start(ctx)
+}
+
+// clusterTokenFile is the lease API token of a fleet-mode cluster:
+// DIR/<cluster>.token when it exists, else --lease-api-token-file. The lease
+// API lets a token act only for its own subject, so each cluster needs its own.
+func clusterTokenFile(o options, id string) string {
+	path := filepath.Join(o.fleetKubeconfigDir, id+".token")
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	return o.leaseAPITokenFile
 }
