@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/berthfleet/berth/reconciler"
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 )
 
 // Reason says why admission allowed, denied or changed a request. Reasons are the values of
@@ -49,8 +49,8 @@ const (
 	ReasonBadRequest Reason = "BadRequest"
 )
 
-// Lease is what admission knows of the BerthLease a Pod names, read before deciding.
-type Lease struct {
+// BerthLeaseRef is what admission knows of the BerthLease a Pod names, read before deciding.
+type BerthLeaseRef struct {
 	// Found is false when no BerthLease of that name exists in the Pod's namespace.
 	Found bool
 	UID   types.UID
@@ -90,14 +90,14 @@ func berths(pod *corev1.Pod) bool {
 	if pod == nil {
 		return false
 	}
-	_, lease := pod.Labels[reconciler.ManagedLease]
-	_, uid := pod.Labels[reconciler.ManagedUID]
+	_, lease := pod.Labels[berthv1alpha1.ManagedLeaseLabel]
+	_, uid := pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel]
 	return lease || uid || gated(pod)
 }
 
 func gated(pod *corev1.Pod) bool {
 	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
-		return g.Name == reconciler.SchedulingGate
+		return g.Name == berthv1alpha1.LeaseHeldSchedulingGate
 	})
 }
 
@@ -115,18 +115,18 @@ func podName(namespace string, pod *corev1.Pod) string {
 }
 
 // DecideCreate decides a Pod's creation, by anyone. A Pod is managed when it carries the
-// label reconciler.ManagedLease; lease is the BerthLease that label names. A managed Pod
+// label berthv1alpha1.ManagedLeaseLabel; lease is the BerthLease that label names. A managed Pod
 // must be created gated, not bound to a node, and stamped with the UID of the existing
 // BerthLease it names. Pods that are not managed are allowed.
-func DecideCreate(namespace string, pod *corev1.Pod, lease Lease) Decision {
+func DecideCreate(namespace string, pod *corev1.Pod, lease BerthLeaseRef) Decision {
 	name := podName(namespace, pod)
-	leaseName, managed := pod.Labels[reconciler.ManagedLease]
-	uid, stamped := pod.Labels[reconciler.ManagedUID]
+	leaseName, managed := pod.Labels[berthv1alpha1.ManagedLeaseLabel]
+	uid, stamped := pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel]
 	if !managed {
 		if stamped {
 			return decide(name, "", []violation{{ReasonUIDWithoutLease, fmt.Sprintf(
 				"label %s is set but label %s is not: the UID label is admission's, for managed Pods only",
-				reconciler.ManagedUID, reconciler.ManagedLease)}})
+				berthv1alpha1.ManagedLeaseUIDLabel, berthv1alpha1.ManagedLeaseLabel)}})
 		}
 		return Decision{Allowed: true, Reason: ReasonUnmanaged}
 	}
@@ -134,7 +134,7 @@ func DecideCreate(namespace string, pod *corev1.Pod, lease Lease) Decision {
 	if !gated(pod) {
 		vs = append(vs, violation{ReasonGateMissing, fmt.Sprintf(
 			"a managed Pod (label %s=%s) must be created with scheduling gate %s, so that it runs only while this cluster holds the lease",
-			reconciler.ManagedLease, leaseName, reconciler.SchedulingGate)})
+			berthv1alpha1.ManagedLeaseLabel, leaseName, berthv1alpha1.LeaseHeldSchedulingGate)})
 	}
 	if pod.Spec.NodeName != "" {
 		vs = append(vs, violation{ReasonNodeNameSet, fmt.Sprintf(
@@ -145,7 +145,7 @@ func DecideCreate(namespace string, pod *corev1.Pod, lease Lease) Decision {
 	case !lease.Found:
 		vs = append(vs, violation{ReasonLeaseNotFound, fmt.Sprintf(
 			"label %s names BerthLease %q, which does not exist in namespace %s: create the BerthLease first",
-			reconciler.ManagedLease, leaseName, namespaceOf(namespace, pod))})
+			berthv1alpha1.ManagedLeaseLabel, leaseName, namespaceOf(namespace, pod))})
 	case uid != string(lease.UID):
 		have := fmt.Sprintf("%q", uid)
 		if !stamped {
@@ -153,7 +153,7 @@ func DecideCreate(namespace string, pod *corev1.Pod, lease Lease) Decision {
 		}
 		vs = append(vs, violation{ReasonLeaseUIDMismatch, fmt.Sprintf(
 			"label %s is %s but BerthLease %q has UID %s: a managed Pod must name the BerthLease it runs under as it exists now",
-			reconciler.ManagedUID, have, leaseName, lease.UID)})
+			berthv1alpha1.ManagedLeaseUIDLabel, have, leaseName, lease.UID)})
 	}
 	return decide(name, ReasonValid, vs)
 }
@@ -178,28 +178,28 @@ func DecideUpdate(namespace string, old, pod *corev1.Pod, user, operatorUser str
 	if gated(old) && !gated(pod) {
 		vs = append(vs, violation{ReasonGateRemoved, fmt.Sprintf(
 			"removing scheduling gate %s is reserved to %s, which removes it only while this cluster holds the lease; user %q may not",
-			reconciler.SchedulingGate, agent, user)})
+			berthv1alpha1.LeaseHeldSchedulingGate, agent, user)})
 	}
-	oldLease, wasManaged := old.Labels[reconciler.ManagedLease]
-	newLease, isManaged := pod.Labels[reconciler.ManagedLease]
+	oldLease, wasManaged := old.Labels[berthv1alpha1.ManagedLeaseLabel]
+	newLease, isManaged := pod.Labels[berthv1alpha1.ManagedLeaseLabel]
 	switch {
 	case !wasManaged && isManaged:
 		vs = append(vs, violation{ReasonMadeManaged, fmt.Sprintf(
 			"adding label %s to an existing Pod is reserved to %s: a Pod becomes managed only at creation, when it is gated; user %q may not",
-			reconciler.ManagedLease, agent, user)})
+			berthv1alpha1.ManagedLeaseLabel, agent, user)})
 	case wasManaged && (!isManaged || oldLease != newLease):
 		vs = append(vs, violation{ReasonLeaseLabelChange, fmt.Sprintf(
 			"changing or removing label %s (%s) is reserved to %s; user %q may not",
-			reconciler.ManagedLease, change(oldLease, wasManaged, newLease, isManaged), agent, user)})
+			berthv1alpha1.ManagedLeaseLabel, change(oldLease, wasManaged, newLease, isManaged), agent, user)})
 	}
-	oldUID, hadUID := old.Labels[reconciler.ManagedUID]
-	newUID, hasUID := pod.Labels[reconciler.ManagedUID]
+	oldUID, hadUID := old.Labels[berthv1alpha1.ManagedLeaseUIDLabel]
+	newUID, hasUID := pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel]
 	if hadUID != hasUID || oldUID != newUID {
 		vs = append(vs, violation{ReasonUIDLabelChange, fmt.Sprintf(
 			"changing, adding or removing label %s (%s) is reserved to %s; user %q may not",
-			reconciler.ManagedUID, change(oldUID, hadUID, newUID, hasUID), agent, user)})
+			berthv1alpha1.ManagedLeaseUIDLabel, change(oldUID, hadUID, newUID, hasUID), agent, user)})
 	}
-	for _, key := range []string{reconciler.AnnotationFencingToken, reconciler.AnnotationHolder} {
+	for _, key := range []string{berthv1alpha1.FencingTokenAnnotation, berthv1alpha1.HolderAnnotation} {
 		o, had := old.Annotations[key]
 		n, has := pod.Annotations[key]
 		if had != has || o != n {
@@ -225,21 +225,21 @@ func change(old string, had bool, new string, has bool) string {
 }
 
 // Stamp is the mutating webhook's change to a Pod being created: a managed Pod gets the
-// scheduling gate and, when its BerthLease exists, the label reconciler.ManagedUID with the
+// scheduling gate and, when its BerthLease exists, the label berthv1alpha1.ManagedLeaseUIDLabel with the
 // BerthLease's UID. It changes pod in place and reports whether it changed anything; a
 // stamped Pod is left as it is, so the API server may call it again (reinvocation) safely.
 // A Pod whose BerthLease does not exist is still gated; validation then denies it.
-func Stamp(pod *corev1.Pod, lease Lease) bool {
-	if _, managed := pod.Labels[reconciler.ManagedLease]; !managed {
+func Stamp(pod *corev1.Pod, lease BerthLeaseRef) bool {
+	if _, managed := pod.Labels[berthv1alpha1.ManagedLeaseLabel]; !managed {
 		return false
 	}
 	changed := false
 	if !gated(pod) {
-		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: reconciler.SchedulingGate})
+		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: berthv1alpha1.LeaseHeldSchedulingGate})
 		changed = true
 	}
-	if lease.Found && pod.Labels[reconciler.ManagedUID] != string(lease.UID) {
-		pod.Labels[reconciler.ManagedUID] = string(lease.UID)
+	if lease.Found && pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel] != string(lease.UID) {
+		pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel] = string(lease.UID)
 		changed = true
 	}
 	return changed

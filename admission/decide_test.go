@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/berthfleet/berth/reconciler"
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 )
 
 const (
@@ -17,7 +17,7 @@ const (
 	testUID   = types.UID("0b5c1b1e-5a4e-4c5b-9d7e-0c2b8f4a1d10")
 )
 
-var found = Lease{Found: true, UID: testUID}
+var found = BerthLeaseRef{Found: true, UID: testUID}
 
 type podOpt func(*corev1.Pod)
 
@@ -34,7 +34,7 @@ func newPod(opts ...podOpt) *corev1.Pod {
 
 // managedPod is a managed Pod as admission leaves it at creation.
 func managedPod(opts ...podOpt) *corev1.Pod {
-	return newPod(append([]podOpt{withLabel(reconciler.ManagedLease, "exporter"), withLabel(reconciler.ManagedUID, string(testUID)), withGate(reconciler.SchedulingGate)}, opts...)...)
+	return newPod(append([]podOpt{withLabel(berthv1alpha1.ManagedLeaseLabel, "exporter"), withLabel(berthv1alpha1.ManagedLeaseUIDLabel, string(testUID)), withGate(berthv1alpha1.LeaseHeldSchedulingGate)}, opts...)...)
 }
 
 func withLabel(k, v string) podOpt { return func(p *corev1.Pod) { p.Labels[k] = v } }
@@ -59,7 +59,7 @@ func withAnnotation(k, v string) podOpt {
 func TestDecideCreate(t *testing.T) {
 	cases := map[string]struct {
 		pod         *corev1.Pod
-		lease       Lease
+		lease       BerthLeaseRef
 		want        Decision
 		wantMessage []string
 	}{
@@ -72,7 +72,7 @@ func TestDecideCreate(t *testing.T) {
 			want: Decision{Allowed: true, Reason: ReasonUnmanaged},
 		},
 		"unmanaged with Berth's gate": {
-			pod:  newPod(withGate(reconciler.SchedulingGate)),
+			pod:  newPod(withGate(berthv1alpha1.LeaseHeldSchedulingGate)),
 			want: Decision{Allowed: true, Reason: ReasonUnmanaged},
 		},
 		"managed, gated, stamped": {
@@ -81,20 +81,20 @@ func TestDecideCreate(t *testing.T) {
 			want:  Decision{Allowed: true, Reason: ReasonValid},
 		},
 		"managed among other gates": {
-			pod:   managedPod(withoutGates(), withGate("example.com/other"), withGate(reconciler.SchedulingGate)),
+			pod:   managedPod(withoutGates(), withGate("example.com/other"), withGate(berthv1alpha1.LeaseHeldSchedulingGate)),
 			lease: found,
 			want:  Decision{Allowed: true, Reason: ReasonValid},
 		},
 		"UID label alone": {
-			pod:         newPod(withLabel(reconciler.ManagedUID, string(testUID))),
+			pod:         newPod(withLabel(berthv1alpha1.ManagedLeaseUIDLabel, string(testUID))),
 			want:        Decision{Reason: ReasonUIDWithoutLease},
-			wantMessage: []string{"payments/exporter-0", reconciler.ManagedUID},
+			wantMessage: []string{"payments/exporter-0", berthv1alpha1.ManagedLeaseUIDLabel},
 		},
 		"without the gate": {
 			pod:         managedPod(withoutGates(), withGate("example.com/other")),
 			lease:       found,
 			want:        Decision{Reason: ReasonGateMissing},
-			wantMessage: []string{"must be created with scheduling gate " + reconciler.SchedulingGate},
+			wantMessage: []string{"must be created with scheduling gate " + berthv1alpha1.LeaseHeldSchedulingGate},
 		},
 		"with nodeName": {
 			pod:         managedPod(withNodeName("node-1")),
@@ -108,13 +108,13 @@ func TestDecideCreate(t *testing.T) {
 			wantMessage: []string{`BerthLease "exporter"`, "does not exist in namespace payments"},
 		},
 		"UID of another BerthLease": {
-			pod:         managedPod(withLabel(reconciler.ManagedUID, "stale")),
+			pod:         managedPod(withLabel(berthv1alpha1.ManagedLeaseUIDLabel, "stale")),
 			lease:       found,
 			want:        Decision{Reason: ReasonLeaseUIDMismatch},
 			wantMessage: []string{`is "stale"`, string(testUID)},
 		},
 		"UID label missing": {
-			pod:         managedPod(withoutLabel(reconciler.ManagedUID)),
+			pod:         managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel)),
 			lease:       found,
 			want:        Decision{Reason: ReasonLeaseUIDMismatch},
 			wantMessage: []string{"is missing"},
@@ -151,7 +151,7 @@ func TestDecideUpdate(t *testing.T) {
 			want: Decision{Allowed: true, Reason: ReasonUnmanaged},
 		},
 		"term annotations on an unmanaged Pod": {
-			old: newPod(withAnnotation(reconciler.AnnotationFencingToken, "7")), new: newPod(), user: "alice",
+			old: newPod(withAnnotation(berthv1alpha1.FencingTokenAnnotation, "7")), new: newPod(), user: "alice",
 			want: Decision{Allowed: true, Reason: ReasonUnmanaged},
 		},
 		"other change to a managed Pod": {
@@ -165,59 +165,59 @@ func TestDecideUpdate(t *testing.T) {
 		"gate removed": {
 			old: managedPod(), new: managedPod(withoutGates()), user: "alice",
 			want:        Decision{Reason: ReasonGateRemoved},
-			wantMessage: []string{"payments/exporter-0", "removing scheduling gate " + reconciler.SchedulingGate, testAgent, `user "alice"`},
+			wantMessage: []string{"payments/exporter-0", "removing scheduling gate " + berthv1alpha1.LeaseHeldSchedulingGate, testAgent, `user "alice"`},
 		},
 		"gate removed from a Pod with only the gate": {
-			old: newPod(withGate(reconciler.SchedulingGate)), new: newPod(), user: "alice",
+			old: newPod(withGate(berthv1alpha1.LeaseHeldSchedulingGate)), new: newPod(), user: "alice",
 			want: Decision{Reason: ReasonGateRemoved},
 		},
 		"gate removed by the agent, term written": {
 			old: managedPod(), user: testAgent,
-			new:  managedPod(withoutGates(), withAnnotation(reconciler.AnnotationFencingToken, "7"), withAnnotation(reconciler.AnnotationHolder, "cluster-1")),
+			new:  managedPod(withoutGates(), withAnnotation(berthv1alpha1.FencingTokenAnnotation, "7"), withAnnotation(berthv1alpha1.HolderAnnotation, "cluster-1")),
 			want: Decision{Allowed: true, Reason: ReasonOperator},
 		},
 		"relabelled": {
-			old: managedPod(), new: managedPod(withLabel(reconciler.ManagedLease, "other")), user: "alice",
+			old: managedPod(), new: managedPod(withLabel(berthv1alpha1.ManagedLeaseLabel, "other")), user: "alice",
 			want:        Decision{Reason: ReasonLeaseLabelChange},
 			wantMessage: []string{`"exporter" to "other"`},
 		},
 		"lease label removed": {
-			old: managedPod(), new: managedPod(withoutLabel(reconciler.ManagedLease)), user: "alice",
+			old: managedPod(), new: managedPod(withoutLabel(berthv1alpha1.ManagedLeaseLabel)), user: "alice",
 			want:        Decision{Reason: ReasonLeaseLabelChange},
 			wantMessage: []string{`"exporter" to unset`},
 		},
 		"UID label removed": {
-			old: managedPod(), new: managedPod(withoutLabel(reconciler.ManagedUID)), user: "alice",
+			old: managedPod(), new: managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel)), user: "alice",
 			want:        Decision{Reason: ReasonUIDLabelChange},
-			wantMessage: []string{reconciler.ManagedUID, "to unset"},
+			wantMessage: []string{berthv1alpha1.ManagedLeaseUIDLabel, "to unset"},
 		},
 		"made managed": {
-			old: newPod(), new: newPod(withLabel(reconciler.ManagedLease, "exporter")), user: "alice",
+			old: newPod(), new: newPod(withLabel(berthv1alpha1.ManagedLeaseLabel, "exporter")), user: "alice",
 			want:        Decision{Reason: ReasonMadeManaged},
 			wantMessage: []string{"a Pod becomes managed only at creation"},
 		},
 		"made managed by the agent": {
-			old: newPod(), new: newPod(withLabel(reconciler.ManagedLease, "exporter")), user: testAgent,
+			old: newPod(), new: newPod(withLabel(berthv1alpha1.ManagedLeaseLabel, "exporter")), user: testAgent,
 			want: Decision{Allowed: true, Reason: ReasonOperator},
 		},
 		"UID label added": {
-			old: newPod(), new: newPod(withLabel(reconciler.ManagedUID, "x")), user: "alice",
+			old: newPod(), new: newPod(withLabel(berthv1alpha1.ManagedLeaseUIDLabel, "x")), user: "alice",
 			want: Decision{Reason: ReasonUIDLabelChange},
 		},
 		"fencing token forged": {
-			old:  managedPod(withoutGates(), withAnnotation(reconciler.AnnotationFencingToken, "7")),
-			new:  managedPod(withoutGates(), withAnnotation(reconciler.AnnotationFencingToken, "8")),
+			old:  managedPod(withoutGates(), withAnnotation(berthv1alpha1.FencingTokenAnnotation, "7")),
+			new:  managedPod(withoutGates(), withAnnotation(berthv1alpha1.FencingTokenAnnotation, "8")),
 			user: "alice", want: Decision{Reason: ReasonTermChange},
-			wantMessage: []string{reconciler.AnnotationFencingToken, `"7" to "8"`},
+			wantMessage: []string{berthv1alpha1.FencingTokenAnnotation, `"7" to "8"`},
 		},
 		"holder written by someone else": {
-			old: managedPod(), new: managedPod(withAnnotation(reconciler.AnnotationHolder, "cluster-2")), user: "alice",
+			old: managedPod(), new: managedPod(withAnnotation(berthv1alpha1.HolderAnnotation, "cluster-2")), user: "alice",
 			want: Decision{Reason: ReasonTermChange},
 		},
 		"gate and labels dropped together": {
 			old: managedPod(), new: newPod(), user: "alice",
 			want:        Decision{Reason: ReasonGateRemoved},
-			wantMessage: []string{"scheduling gate", reconciler.ManagedLease, reconciler.ManagedUID},
+			wantMessage: []string{"scheduling gate", berthv1alpha1.ManagedLeaseLabel, berthv1alpha1.ManagedLeaseUIDLabel},
 		},
 		"agent's name as a group does not count": {
 			old: managedPod(), new: managedPod(withoutGates()), user: "",
@@ -258,7 +258,7 @@ func checkDecision(t *testing.T, got, want Decision, wantMessage []string) {
 func TestStamp(t *testing.T) {
 	cases := map[string]struct {
 		pod         *corev1.Pod
-		lease       Lease
+		lease       BerthLeaseRef
 		want        *corev1.Pod
 		wantChanged bool
 	}{
@@ -266,24 +266,24 @@ func TestStamp(t *testing.T) {
 			pod: newPod(), lease: found, want: newPod(),
 		},
 		"managed": {
-			pod: newPod(withLabel(reconciler.ManagedLease, "exporter")), lease: found,
+			pod: newPod(withLabel(berthv1alpha1.ManagedLeaseLabel, "exporter")), lease: found,
 			want: managedPod(), wantChanged: true,
 		},
 		"already stamped": {
 			pod: managedPod(), lease: found, want: managedPod(),
 		},
 		"gate added after the user's gates": {
-			pod:   newPod(withLabel(reconciler.ManagedLease, "exporter"), withGate("example.com/other")),
+			pod:   newPod(withLabel(berthv1alpha1.ManagedLeaseLabel, "exporter"), withGate("example.com/other")),
 			lease: found, wantChanged: true,
-			want: managedPod(withoutGates(), withGate("example.com/other"), withGate(reconciler.SchedulingGate)),
+			want: managedPod(withoutGates(), withGate("example.com/other"), withGate(berthv1alpha1.LeaseHeldSchedulingGate)),
 		},
 		"stale UID replaced": {
-			pod: managedPod(withLabel(reconciler.ManagedUID, "stale")), lease: found,
+			pod: managedPod(withLabel(berthv1alpha1.ManagedLeaseUIDLabel, "stale")), lease: found,
 			want: managedPod(), wantChanged: true,
 		},
 		"BerthLease missing: gated, not stamped": {
-			pod:  newPod(withLabel(reconciler.ManagedLease, "exporter")),
-			want: managedPod(withoutLabel(reconciler.ManagedUID)), wantChanged: true,
+			pod:  newPod(withLabel(berthv1alpha1.ManagedLeaseLabel, "exporter")),
+			want: managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel)), wantChanged: true,
 		},
 	}
 	for name, tc := range cases {

@@ -3,16 +3,17 @@
 // agent ungate it, and Manifests renders their fail-closed registrations together with a
 // ValidatingAdmissionPolicy that repeats the core rules inside the API server.
 //
-// A Pod is managed when it carries the label reconciler.ManagedLease (the user's opt-in,
-// naming a BerthLease in the Pod's namespace). The rules:
+// A Pod is managed when it carries the label berthv1alpha1.ManagedLeaseLabel (the user's
+// opt-in, naming a BerthLease in the Pod's namespace). The rules:
 //
 //   - At creation, by anyone: a managed Pod carries the scheduling gate
-//     reconciler.SchedulingGate, no spec.nodeName, and the label reconciler.ManagedUID with
-//     the UID of the BerthLease it names, which must exist. With Mutate, the mutating
+//     berthv1alpha1.LeaseHeldSchedulingGate, no spec.nodeName, and the label
+//     berthv1alpha1.ManagedLeaseUIDLabel with the UID of the BerthLease it names, which
+//     must exist. With Mutate, the mutating
 //     webhook adds the gate and the UID label itself (Stamp).
 //   - On every change of a Pod or its status: only the agent (OperatorUser) may remove the
 //     gate, add, change or remove the managed labels, or change the term annotations
-//     (reconciler.AnnotationFencingToken, reconciler.AnnotationHolder).
+//     (berthv1alpha1.FencingTokenAnnotation, berthv1alpha1.HolderAnnotation).
 //
 // A managed Pod is never bound while it is gated: the API server refuses to bind any Pod
 // with a scheduling gate, and a Pod can only be bound at creation (spec.nodeName, denied
@@ -23,6 +24,8 @@
 // handlers gather what they need (the BerthLease's UID, read from the API server), decide,
 // and count each decision in berth_admission_decisions_total{operation,decision,reason}.
 //
-// This package does not ungate Pods or stop them (package reconciler does), and does not
-// issue the webhook server's certificate (the deployment does).
+// The names of labels, gate and annotations are api/v1alpha1's (names.go), shared with the
+// reconciler; this package does not import the reconciler. It does not ungate Pods or stop
+// them (package reconciler does), and does not issue the webhook server's certificate (the
+// deployment does).
 package admission

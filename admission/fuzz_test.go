@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/berthfleet/berth/reconciler"
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 )
 
 // fuzzPod builds a Pod from fuzz input: bits of marks say which of Berth's labels,
@@ -15,22 +15,22 @@ import (
 func fuzzPod(marks uint8, lease, uid, token, nodeName string) *corev1.Pod {
 	p := newPod()
 	if marks&1 != 0 {
-		p.Labels[reconciler.ManagedLease] = lease
+		p.Labels[berthv1alpha1.ManagedLeaseLabel] = lease
 	}
 	if marks&2 != 0 {
-		p.Labels[reconciler.ManagedUID] = uid
+		p.Labels[berthv1alpha1.ManagedLeaseUIDLabel] = uid
 	}
 	if marks&4 != 0 {
-		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: reconciler.SchedulingGate})
+		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: berthv1alpha1.LeaseHeldSchedulingGate})
 	}
 	if marks&8 != 0 {
 		p.Spec.SchedulingGates = append([]corev1.PodSchedulingGate{{Name: "example.com/other"}}, p.Spec.SchedulingGates...)
 	}
 	if marks&16 != 0 {
-		withAnnotation(reconciler.AnnotationFencingToken, token)(p)
+		withAnnotation(berthv1alpha1.FencingTokenAnnotation, token)(p)
 	}
 	if marks&32 != 0 {
-		withAnnotation(reconciler.AnnotationHolder, token)(p)
+		withAnnotation(berthv1alpha1.HolderAnnotation, token)(p)
 	}
 	if marks&64 != 0 {
 		p.Spec.NodeName = nodeName
@@ -66,13 +66,13 @@ func FuzzDecideUpdate(f *testing.F) {
 		// Berth guards only Pods that carry its marks (a managed label or the gate), before
 		// or after; term annotations on any other Pod mean nothing to it.
 		marked := func(p *corev1.Pod) bool {
-			_, l := label(p, reconciler.ManagedLease)
-			_, u := label(p, reconciler.ManagedUID)
+			_, l := label(p, berthv1alpha1.ManagedLeaseLabel)
+			_, u := label(p, berthv1alpha1.ManagedLeaseUIDLabel)
 			return l || u || gated(p)
 		}
 		reserved := (marked(old) || marked(pod)) && ((gated(old) && !gated(pod)) ||
-			!same(label, reconciler.ManagedLease) || !same(label, reconciler.ManagedUID) ||
-			!same(annotation, reconciler.AnnotationFencingToken) || !same(annotation, reconciler.AnnotationHolder))
+			!same(label, berthv1alpha1.ManagedLeaseLabel) || !same(label, berthv1alpha1.ManagedLeaseUIDLabel) ||
+			!same(annotation, berthv1alpha1.FencingTokenAnnotation) || !same(annotation, berthv1alpha1.HolderAnnotation))
 		switch {
 		case user == testAgent && !d.Allowed:
 			t.Fatalf("agent denied: %s", d.Message)
@@ -96,19 +96,19 @@ func FuzzDecideCreate(f *testing.F) {
 	f.Add(uint8(0b0010), "", "uid", "", false, "")
 	f.Fuzz(func(t *testing.T, marks uint8, lease, uid, nodeName string, leaseFound bool, leaseUID string) {
 		pod := fuzzPod(marks, lease, uid, "", nodeName)
-		l := Lease{Found: leaseFound, UID: types.UID(leaseUID)}
+		l := BerthLeaseRef{Found: leaseFound, UID: types.UID(leaseUID)}
 		if !leaseFound {
 			l.UID = ""
 		}
 		d := DecideCreate("payments", pod, l)
-		_, managed := pod.Labels[reconciler.ManagedLease]
-		_, stamped := pod.Labels[reconciler.ManagedUID]
+		_, managed := pod.Labels[berthv1alpha1.ManagedLeaseLabel]
+		_, stamped := pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel]
 		switch {
 		case !managed && stamped && d.Allowed:
 			t.Fatalf("UID label without lease label allowed")
 		case !managed && !stamped && !d.Allowed:
 			t.Fatalf("unmanaged Pod denied: %s", d.Message)
-		case managed && d.Allowed && (!gated(pod) || pod.Spec.NodeName != "" || !l.Found || pod.Labels[reconciler.ManagedUID] != string(l.UID)):
+		case managed && d.Allowed && (!gated(pod) || pod.Spec.NodeName != "" || !l.Found || pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel] != string(l.UID)):
 			t.Fatalf("managed Pod allowed that is ungated, bound or misnamed: %+v", pod)
 		case !d.Allowed && (d.Message == "" || d.Reason == ""):
 			t.Fatalf("denial without a reason or message: %+v", d)

@@ -42,7 +42,6 @@ import (
 
 	"github.com/berthfleet/berth/admission"
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
-	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/kubeenv"
 )
 
@@ -169,11 +168,11 @@ func createPod(opts ...podOpt) func(context.Context, ctrlclient.Client, *suite, 
 func managed(s *suite, name string) *corev1.Pod { return s.pod(name) }
 
 var (
-	gateRemoved   = "removing scheduling gate " + reconciler.SchedulingGate
-	policyGate    = "removing scheduling gate " + reconciler.SchedulingGate + " is reserved to the Berth agent (" + agentUser + "); user mallory may not"
-	policyLabels  = "labels " + reconciler.ManagedLease + " and " + reconciler.ManagedUID + " is reserved to the Berth agent (" + agentUser + "); user mallory may not"
-	policyTerm    = "annotations " + reconciler.AnnotationFencingToken + " and " + reconciler.AnnotationHolder + " is reserved"
-	policyCreated = "must be created with scheduling gate " + reconciler.SchedulingGate
+	gateRemoved   = "removing scheduling gate " + berthv1alpha1.LeaseHeldSchedulingGate
+	policyGate    = "removing scheduling gate " + berthv1alpha1.LeaseHeldSchedulingGate + " is reserved to the Berth agent (" + agentUser + "); user mallory may not"
+	policyLabels  = "labels " + berthv1alpha1.ManagedLeaseLabel + " and " + berthv1alpha1.ManagedLeaseUIDLabel + " is reserved to the Berth agent (" + agentUser + "); user mallory may not"
+	policyTerm    = "annotations " + berthv1alpha1.FencingTokenAnnotation + " and " + berthv1alpha1.HolderAnnotation + " is reserved"
+	policyCreated = "must be created with scheduling gate " + berthv1alpha1.LeaseHeldSchedulingGate
 	esc           = strings.NewReplacer("/", "~1").Replace
 )
 
@@ -198,47 +197,47 @@ var bypasses = map[string]bypass{
 	},
 	"strategic merge patch that drops the gate": {
 		from:        managed,
-		try:         patchOf(types.StrategicMergePatchType, `{"spec":{"schedulingGates":[{"$patch":"delete","name":"`+reconciler.SchedulingGate+`"}]}}`),
+		try:         patchOf(types.StrategicMergePatchType, `{"spec":{"schedulingGates":[{"$patch":"delete","name":"`+berthv1alpha1.LeaseHeldSchedulingGate+`"}]}}`),
 		wantWebhook: gateRemoved, wantPolicy: policyGate,
 	},
 	"gate and labels dropped at once, so that the old Pod is the only managed one": {
 		from: managed,
-		try: mergePatch(`{"metadata":{"labels":{"` + reconciler.ManagedLease + `":null,"` + reconciler.ManagedUID + `":null}},` +
+		try: mergePatch(`{"metadata":{"labels":{"` + berthv1alpha1.ManagedLeaseLabel + `":null,"` + berthv1alpha1.ManagedLeaseUIDLabel + `":null}},` +
 			`"spec":{"schedulingGates":null}}`),
 		wantWebhook: gateRemoved, wantPolicy: "is reserved to the Berth agent",
 	},
 	"relabelled to another BerthLease": {
 		from:        managed,
-		try:         mergePatch(`{"metadata":{"labels":{"` + reconciler.ManagedLease + `":"other"}}}`),
-		wantWebhook: "changing or removing label " + reconciler.ManagedLease, wantPolicy: policyLabels,
+		try:         mergePatch(`{"metadata":{"labels":{"` + berthv1alpha1.ManagedLeaseLabel + `":"other"}}}`),
+		wantWebhook: "changing or removing label " + berthv1alpha1.ManagedLeaseLabel, wantPolicy: policyLabels,
 	},
 	"lease label removed": {
 		from:        managed,
-		try:         patchOf(types.JSONPatchType, `[{"op":"remove","path":"/metadata/labels/`+esc(reconciler.ManagedLease)+`"}]`),
-		wantWebhook: "changing or removing label " + reconciler.ManagedLease, wantPolicy: policyLabels,
+		try:         patchOf(types.JSONPatchType, `[{"op":"remove","path":"/metadata/labels/`+esc(berthv1alpha1.ManagedLeaseLabel)+`"}]`),
+		wantWebhook: "changing or removing label " + berthv1alpha1.ManagedLeaseLabel, wantPolicy: policyLabels,
 	},
 	"UID label removed": {
 		from:        managed,
-		try:         mergePatch(`{"metadata":{"labels":{"` + reconciler.ManagedUID + `":null}}}`),
-		wantWebhook: "changing, adding or removing label " + reconciler.ManagedUID, wantPolicy: policyLabels,
+		try:         mergePatch(`{"metadata":{"labels":{"` + berthv1alpha1.ManagedLeaseUIDLabel + `":null}}}`),
+		wantWebhook: "changing, adding or removing label " + berthv1alpha1.ManagedLeaseUIDLabel, wantPolicy: policyLabels,
 	},
 	"labels changed through pods/status": {
 		from: managed,
 		try: func(ctx context.Context, c ctrlclient.Client, _ *suite, pod *corev1.Pod, _ string) error {
-			patch := `{"metadata":{"labels":{"` + reconciler.ManagedLease + `":"other"}}}`
+			patch := `{"metadata":{"labels":{"` + berthv1alpha1.ManagedLeaseLabel + `":"other"}}}`
 			return c.Status().Patch(ctx, pod, ctrlclient.RawPatch(types.MergePatchType, []byte(patch)))
 		},
-		wantWebhook: "changing or removing label " + reconciler.ManagedLease, wantPolicy: policyLabels,
+		wantWebhook: "changing or removing label " + berthv1alpha1.ManagedLeaseLabel, wantPolicy: policyLabels,
 	},
 	"fencing token forged": {
 		from:        managed,
-		try:         mergePatch(`{"metadata":{"annotations":{"` + reconciler.AnnotationFencingToken + `":"999"}}}`),
-		wantWebhook: "changing annotation " + reconciler.AnnotationFencingToken, wantPolicy: policyTerm,
+		try:         mergePatch(`{"metadata":{"annotations":{"` + berthv1alpha1.FencingTokenAnnotation + `":"999"}}}`),
+		wantWebhook: "changing annotation " + berthv1alpha1.FencingTokenAnnotation, wantPolicy: policyTerm,
 	},
 	"Pod made managed after creation": {
 		from:        func(s *suite, name string) *corev1.Pod { return s.pod(name, unmanaged) },
-		try:         mergePatch(`{"metadata":{"labels":{"` + reconciler.ManagedLease + `":"` + leaseName + `"}}}`),
-		wantWebhook: "adding label " + reconciler.ManagedLease + " to an existing Pod", wantPolicy: policyLabels,
+		try:         mergePatch(`{"metadata":{"labels":{"` + berthv1alpha1.ManagedLeaseLabel + `":"` + leaseName + `"}}}`),
+		wantWebhook: "adding label " + berthv1alpha1.ManagedLeaseLabel + " to an existing Pod", wantPolicy: policyLabels,
 	},
 	"managed Pod created without the gate (no mutation)": {
 		try:         createPod(ungated),
@@ -255,10 +254,10 @@ var bypasses = map[string]bypass{
 	},
 	"managed Pod naming another BerthLease's UID": {
 		try:         createPod(withUID("9f2d6f5e-0000-4000-8000-000000000000")),
-		wantWebhook: "label " + reconciler.ManagedUID + ` is "9f2d6f5e-0000-4000-8000-000000000000" but BerthLease "exporter" has UID`,
+		wantWebhook: "label " + berthv1alpha1.ManagedLeaseUIDLabel + ` is "9f2d6f5e-0000-4000-8000-000000000000" but BerthLease "exporter" has UID`,
 	},
 	"managed Pod naming a BerthLease that does not exist": {
-		try:         createPod(func(p *corev1.Pod) { p.Labels[reconciler.ManagedLease] = "absent" }),
+		try:         createPod(func(p *corev1.Pod) { p.Labels[berthv1alpha1.ManagedLeaseLabel] = "absent" }),
 		wantWebhook: `names BerthLease "absent", which does not exist in namespace payments`,
 	},
 	"gated managed Pod bound through pods/binding": {
@@ -340,7 +339,7 @@ func (s *suite) webhookDown(ctx context.Context, t *testing.T) {
 	// A managed Pod made before the outage cannot be ungated by others: the policy
 	// answers before the webhook would be called.
 	var gated corev1.PodList
-	if err := s.admin.List(ctx, &gated, ctrlclient.InNamespace(namespace), ctrlclient.MatchingLabels{reconciler.ManagedLease: leaseName}); err != nil {
+	if err := s.admin.List(ctx, &gated, ctrlclient.InNamespace(namespace), ctrlclient.MatchingLabels{berthv1alpha1.ManagedLeaseLabel: leaseName}); err != nil {
 		t.Fatal(err)
 	}
 	var target *corev1.Pod
@@ -369,7 +368,7 @@ func (s *suite) webhookDown(ctx context.Context, t *testing.T) {
 // only) and returns its Pods once the ReplicaSet made them: gated and stamped.
 func (s *suite) managedDeployment(ctx context.Context, t *testing.T) []corev1.Pod {
 	t.Helper()
-	labels := map[string]string{"app": "exporter", reconciler.ManagedLease: leaseName}
+	labels := map[string]string{"app": "exporter", berthv1alpha1.ManagedLeaseLabel: leaseName}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "exporter"},
 		Spec: appsv1.DeploymentSpec{
@@ -416,8 +415,8 @@ func (s *suite) ungate(ctx context.Context, t *testing.T, pod *corev1.Pod) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[reconciler.AnnotationFencingToken] = "1"
-	pod.Annotations[reconciler.AnnotationHolder] = "cluster-1"
+	pod.Annotations[berthv1alpha1.FencingTokenAnnotation] = "1"
+	pod.Annotations[berthv1alpha1.HolderAnnotation] = "cluster-1"
 	if err := s.agent.Update(ctx, pod); err != nil {
 		t.Fatalf("agent ungates %s: %v", pod.Name, err)
 	}
@@ -624,15 +623,17 @@ func decisionCount(t *testing.T, op, decision string, reason admission.Reason) f
 
 type podOpt func(*corev1.Pod)
 
-func unstamped(p *corev1.Pod) { delete(p.Labels, reconciler.ManagedUID) }
+func unstamped(p *corev1.Pod) { delete(p.Labels, berthv1alpha1.ManagedLeaseUIDLabel) }
 func ungated(p *corev1.Pod)   { p.Spec.SchedulingGates = nil }
 func unmanaged(p *corev1.Pod) {
 	unstamped(p)
 	ungated(p)
-	delete(p.Labels, reconciler.ManagedLease)
+	delete(p.Labels, berthv1alpha1.ManagedLeaseLabel)
 }
-func onNode(p *corev1.Pod)                 { p.Spec.NodeName = "cluster-1-node-1" }
-func withUID(uid string) podOpt            { return func(p *corev1.Pod) { p.Labels[reconciler.ManagedUID] = uid } }
+func onNode(p *corev1.Pod) { p.Spec.NodeName = "cluster-1-node-1" }
+func withUID(uid string) podOpt {
+	return func(p *corev1.Pod) { p.Labels[berthv1alpha1.ManagedLeaseUIDLabel] = uid }
+}
 func (s *suite) name(prefix string) string { s.seq++; return fmt.Sprintf("%s-%d", prefix, s.seq) }
 
 func podSpec() corev1.PodSpec {
@@ -646,11 +647,11 @@ func podSpec() corev1.PodSpec {
 func (s *suite) pod(name string, opts ...podOpt) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{
-			"app": "bypass", reconciler.ManagedLease: leaseName, reconciler.ManagedUID: string(s.leaseUID),
+			"app": "bypass", berthv1alpha1.ManagedLeaseLabel: leaseName, berthv1alpha1.ManagedLeaseUIDLabel: string(s.leaseUID),
 		}},
 		Spec: podSpec(),
 	}
-	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: reconciler.SchedulingGate}}
+	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: berthv1alpha1.LeaseHeldSchedulingGate}}
 	for _, o := range opts {
 		o(p)
 	}
@@ -658,11 +659,11 @@ func (s *suite) pod(name string, opts ...podOpt) *corev1.Pod {
 }
 
 func checkStamped(p *corev1.Pod, uid types.UID) error {
-	if len(p.Spec.SchedulingGates) != 1 || p.Spec.SchedulingGates[0].Name != reconciler.SchedulingGate {
-		return fmt.Errorf("scheduling gates %v, want [%s]", p.Spec.SchedulingGates, reconciler.SchedulingGate)
+	if len(p.Spec.SchedulingGates) != 1 || p.Spec.SchedulingGates[0].Name != berthv1alpha1.LeaseHeldSchedulingGate {
+		return fmt.Errorf("scheduling gates %v, want [%s]", p.Spec.SchedulingGates, berthv1alpha1.LeaseHeldSchedulingGate)
 	}
-	if got := p.Labels[reconciler.ManagedUID]; got != string(uid) {
-		return fmt.Errorf("label %s = %q, want %q", reconciler.ManagedUID, got, uid)
+	if got := p.Labels[berthv1alpha1.ManagedLeaseUIDLabel]; got != string(uid) {
+		return fmt.Errorf("label %s = %q, want %q", berthv1alpha1.ManagedLeaseUIDLabel, got, uid)
 	}
 	return nil
 }
@@ -674,12 +675,12 @@ func diffBerth(want, got *corev1.Pod) string {
 	if g(want) != g(got) {
 		diffs = append(diffs, fmt.Sprintf("gated %v, want %v", g(got), g(want)))
 	}
-	for _, k := range []string{reconciler.ManagedLease, reconciler.ManagedUID} {
+	for _, k := range []string{berthv1alpha1.ManagedLeaseLabel, berthv1alpha1.ManagedLeaseUIDLabel} {
 		if want.Labels[k] != got.Labels[k] {
 			diffs = append(diffs, fmt.Sprintf("label %s = %q, want %q", k, got.Labels[k], want.Labels[k]))
 		}
 	}
-	for _, k := range []string{reconciler.AnnotationFencingToken, reconciler.AnnotationHolder} {
+	for _, k := range []string{berthv1alpha1.FencingTokenAnnotation, berthv1alpha1.HolderAnnotation} {
 		if want.Annotations[k] != got.Annotations[k] {
 			diffs = append(diffs, fmt.Sprintf("annotation %s = %q, want %q", k, got.Annotations[k], want.Annotations[k]))
 		}

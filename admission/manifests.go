@@ -15,7 +15,6 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
-	"github.com/berthfleet/berth/reconciler"
 )
 
 // Names of the objects Manifests renders.
@@ -154,7 +153,7 @@ func mutatingConfiguration(o ManifestOptions) *admissionregistrationv1.MutatingW
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       "managed-pod",
-				Expression: celHasLabel("object", reconciler.ManagedLease),
+				Expression: celHasLabel("object", berthv1alpha1.ManagedLeaseLabel),
 			}},
 		}},
 	}
@@ -236,7 +235,7 @@ func policy(operatorUser string) *admissionregistrationv1.ValidatingAdmissionPol
 			}},
 			Variables: []admissionregistrationv1.Variable{
 				{Name: "agent", Expression: "request.userInfo.username == " + celString(operatorUser)},
-				{Name: "managed", Expression: celHasLabel("object", reconciler.ManagedLease)},
+				{Name: "managed", Expression: celHasLabel("object", berthv1alpha1.ManagedLeaseLabel)},
 				{Name: "gated", Expression: celGated("object")},
 				{Name: "wasGated", Expression: celGated("oldObject")},
 				{Name: "labelsKept", Expression: celLabelsKept},
@@ -246,7 +245,7 @@ func policy(operatorUser string) *admissionregistrationv1.ValidatingAdmissionPol
 				{
 					Expression: `request.operation != "CREATE" || !variables.managed || variables.gated`,
 					Message: fmt.Sprintf("berth: a managed Pod (label %s) must be created with scheduling gate %s, so that it runs only while this cluster holds the lease",
-						reconciler.ManagedLease, reconciler.SchedulingGate),
+						berthv1alpha1.ManagedLeaseLabel, berthv1alpha1.LeaseHeldSchedulingGate),
 					Reason: ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
@@ -256,19 +255,19 @@ func policy(operatorUser string) *admissionregistrationv1.ValidatingAdmissionPol
 				},
 				{
 					Expression:        `request.operation != "UPDATE" || variables.agent || !variables.wasGated || variables.gated`,
-					MessageExpression: reserved("removing scheduling gate " + reconciler.SchedulingGate),
-					Message:           "berth: removing scheduling gate " + reconciler.SchedulingGate + " is reserved to the Berth agent",
+					MessageExpression: reserved("removing scheduling gate " + berthv1alpha1.LeaseHeldSchedulingGate),
+					Message:           "berth: removing scheduling gate " + berthv1alpha1.LeaseHeldSchedulingGate + " is reserved to the Berth agent",
 					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
 					Expression:        `request.operation != "UPDATE" || variables.agent || variables.labelsKept`,
-					MessageExpression: reserved("adding, changing or removing labels " + reconciler.ManagedLease + " and " + reconciler.ManagedUID),
+					MessageExpression: reserved("adding, changing or removing labels " + berthv1alpha1.ManagedLeaseLabel + " and " + berthv1alpha1.ManagedLeaseUIDLabel),
 					Message:           "berth: adding, changing or removing the managed labels is reserved to the Berth agent",
 					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
 					Expression:        `request.operation != "UPDATE" || variables.agent || variables.termKept`,
-					MessageExpression: reserved("changing annotations " + reconciler.AnnotationFencingToken + " and " + reconciler.AnnotationHolder),
+					MessageExpression: reserved("changing annotations " + berthv1alpha1.FencingTokenAnnotation + " and " + berthv1alpha1.HolderAnnotation),
 					Message:           "berth: changing the term annotations is reserved to the Berth agent",
 					Reason:            ptr.To(metav1.StatusReasonForbidden),
 				},
@@ -302,10 +301,10 @@ func finalizerPolicy(operatorUser string) *admissionregistrationv1.ValidatingAdm
 			}},
 			Validations: []admissionregistrationv1.Validation{{
 				Expression: "request.userInfo.username == " + celString(operatorUser),
-				MessageExpression: celString("berth: removing finalizer "+reconciler.FinalizerName+" is reserved to the Berth agent ("+operatorUser+
+				MessageExpression: celString("berth: removing finalizer "+berthv1alpha1.LeaseReleaseFinalizer+" is reserved to the Berth agent ("+operatorUser+
 					"), which removes it once the BerthLease's Pods are stopped and its lease is given up; user ") +
 					" + request.userInfo.username + " + celString(" may not. Delete the BerthLease and let the agent finish"),
-				Message: "berth: removing finalizer " + reconciler.FinalizerName + " is reserved to the Berth agent",
+				Message: "berth: removing finalizer " + berthv1alpha1.LeaseReleaseFinalizer + " is reserved to the Berth agent",
 				Reason:  ptr.To(metav1.StatusReasonForbidden),
 			}},
 		},
@@ -327,7 +326,7 @@ func matchEverywhere(rule admissionregistrationv1.Rule, ops ...admissionregistra
 
 // celHasFinalizer is true when obj carries the agent's finalizer.
 func celHasFinalizer(obj string) string {
-	return fmt.Sprintf("(has(%[1]s.metadata.finalizers) && %[2]s in %[1]s.metadata.finalizers)", obj, celString(reconciler.FinalizerName))
+	return fmt.Sprintf("(has(%[1]s.metadata.finalizers) && %[2]s in %[1]s.metadata.finalizers)", obj, celString(berthv1alpha1.LeaseReleaseFinalizer))
 }
 
 func policyBinding(name string) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
@@ -361,12 +360,12 @@ func celHas(obj, field, key string) string {
 // celGated is true when obj carries Berth's scheduling gate.
 func celGated(obj string) string {
 	return fmt.Sprintf("(%[1]s != null && has(%[1]s.spec.schedulingGates) && %[1]s.spec.schedulingGates.exists(g, g.name == %[2]s))",
-		obj, celString(reconciler.SchedulingGate))
+		obj, celString(berthv1alpha1.LeaseHeldSchedulingGate))
 }
 
 // celBerth is true when obj carries any of Berth's marks: a managed label or the gate.
 func celBerth(obj string) string {
-	return "(" + celHasLabel(obj, reconciler.ManagedLease) + " || " + celHasLabel(obj, reconciler.ManagedUID) + " || " + celGated(obj) + ")"
+	return "(" + celHasLabel(obj, berthv1alpha1.ManagedLeaseLabel) + " || " + celHasLabel(obj, berthv1alpha1.ManagedLeaseUIDLabel) + " || " + celGated(obj) + ")"
 }
 
 // celSame is true when object and oldObject agree on metadata.<field>[key]: both lack it
@@ -379,6 +378,6 @@ func celSame(field, key string) string {
 // celLabelsKept and celTermKept are true when an update leaves the managed labels, and the
 // term annotations, as they were.
 var (
-	celLabelsKept = celSame("labels", reconciler.ManagedLease) + " && " + celSame("labels", reconciler.ManagedUID)
-	celTermKept   = celSame("annotations", reconciler.AnnotationFencingToken) + " && " + celSame("annotations", reconciler.AnnotationHolder)
+	celLabelsKept = celSame("labels", berthv1alpha1.ManagedLeaseLabel) + " && " + celSame("labels", berthv1alpha1.ManagedLeaseUIDLabel)
+	celTermKept   = celSame("annotations", berthv1alpha1.FencingTokenAnnotation) + " && " + celSame("annotations", berthv1alpha1.HolderAnnotation)
 )

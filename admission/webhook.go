@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
-	"github.com/berthfleet/berth/reconciler"
 )
 
 // Paths at which SetupWorkloadAdmission serves the webhooks, and to which Manifests points
@@ -96,7 +95,7 @@ func (a *WorkloadAdmission) mutate(ctx context.Context, req admission.Request) a
 		record(op, decisionError, ReasonBadRequest)
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode Pod: %w", err))
 	}
-	leaseName, managed := pod.Labels[reconciler.ManagedLease]
+	leaseName, managed := pod.Labels[berthv1alpha1.ManagedLeaseLabel]
 	if !managed {
 		record(op, decisionAllow, ReasonUnmanaged)
 		return admission.Allowed("")
@@ -130,8 +129,8 @@ func (a *WorkloadAdmission) validate(ctx context.Context, req admission.Request)
 			record(op, decisionError, ReasonBadRequest)
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode Pod: %w", err))
 		}
-		var lease Lease
-		if name, managed := pod.Labels[reconciler.ManagedLease]; managed {
+		var lease BerthLeaseRef
+		if name, managed := pod.Labels[berthv1alpha1.ManagedLeaseLabel]; managed {
 			var err error
 			if lease, err = a.lookup(ctx, req.Namespace, name); err != nil {
 				return a.failed(ctx, op, err)
@@ -174,18 +173,18 @@ func (a *WorkloadAdmission) failed(ctx context.Context, op string, err error) ad
 // lookup reads the BerthLease named name in namespace: only its metadata, from the API
 // server through a.Client. An invalid name finds nothing (validation rejects the Pod's
 // label anyway, after mutation).
-func (a *WorkloadAdmission) lookup(ctx context.Context, namespace, name string) (Lease, error) {
+func (a *WorkloadAdmission) lookup(ctx context.Context, namespace, name string) (BerthLeaseRef, error) {
 	if len(validation.IsDNS1123Subdomain(name)) > 0 || len(validation.IsDNS1123Label(namespace)) > 0 {
-		return Lease{}, nil
+		return BerthLeaseRef{}, nil
 	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(berthv1alpha1.GroupVersion.WithKind("BerthLease"))
 	err := a.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: namespace, Name: name}, meta)
 	switch {
 	case apierrors.IsNotFound(err):
-		return Lease{}, nil
+		return BerthLeaseRef{}, nil
 	case err != nil:
-		return Lease{}, fmt.Errorf("get BerthLease %s/%s: %w", namespace, name, err)
+		return BerthLeaseRef{}, fmt.Errorf("get BerthLease %s/%s: %w", namespace, name, err)
 	}
-	return Lease{Found: true, UID: meta.UID}, nil
+	return BerthLeaseRef{Found: true, UID: meta.UID}, nil
 }

@@ -15,18 +15,20 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi"
-	"github.com/berthfleet/berth/leaseapi/client"
+	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 )
 
-// Reasons a cluster must hand its leases over, as reconciler conditions show.
+// Reasons a cluster must hand its leases over, as reconciler conditions show
+// (defined in api/v1alpha1, names.go).
 const (
-	ReasonCordoned            = "Cordoned"
-	ReasonRegistrationRefused = "RegistrationRefused"
-	ReasonUnregistered        = "Unregistered"
+	ReasonCordoned            = berthv1alpha1.CordonedReason
+	ReasonRegistrationRefused = berthv1alpha1.RegistrationRefusedReason
+	ReasonUnregistered        = berthv1alpha1.UnregisteredReason
 	// ReasonLeaving: the cluster is leaving a fleet-mode agent (its
 	// kubeconfig was removed from the folder).
-	ReasonLeaving = "Leaving"
+	ReasonLeaving = berthv1alpha1.LeavingReason
 )
 
 // DefaultHeartbeatInterval is how often a registrar heartbeats; the lease API
@@ -38,7 +40,7 @@ type Registry interface {
 	RegisterCluster(ctx context.Context, id string, reg leaseapi.ClusterRegistration) (leaseapi.ClusterRegistrationResponse, error)
 }
 
-var _ Registry = (*client.Client)(nil)
+var _ Registry = (*leaseclient.Client)(nil)
 
 // Fingerprint identifies a cluster: the UID of its kube-system namespace,
 // which no other cluster shares and which survives agent restarts.
@@ -106,7 +108,7 @@ func (r *Registrar) Register(ctx context.Context) error {
 	r.mu.Lock()
 	old := r.state
 	switch {
-	case errors.Is(err, client.ErrConflict):
+	case errors.Is(err, leaseclient.ErrConflict):
 		r.state = state{refused: err}
 		if old.refused == nil {
 			r.Log.Error(err, "the lease API refused this cluster's registration: another live cluster holds the same cluster id; this agent acquires nothing until that changes",

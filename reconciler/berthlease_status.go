@@ -16,23 +16,23 @@ import (
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 )
 
-// Condition reasons.
+// Condition reasons (defined in api/v1alpha1, names.go).
 const (
-	ReasonHeld                = "Held"
-	ReasonHeldByOther         = "HeldByOther"
-	ReasonFree                = "Free"
-	ReasonStopping            = "Stopping"
-	ReasonReleased            = "Released"
-	ReasonDeleting            = "Deleting"
-	ReasonCordoned            = "Cordoned"
-	ReasonInvalidSpec         = "InvalidSpec"
-	ReasonLeaseAPIUnreachable = "LeaseAPIUnreachable"
-	ReasonRenewed             = "Renewed"
-	ReasonReachable           = "Reachable"
-	ReasonSelfFenced          = "SelfFenced"
-	ReasonLeaseNameInUse      = "LeaseNameInUse"
-	ReasonRevoked             = "Revoked"
-	ReasonRecovering          = "Recovering"
+	ReasonHeld                = berthv1alpha1.HeldReason
+	ReasonHeldByOther         = berthv1alpha1.HeldByOtherReason
+	ReasonFree                = berthv1alpha1.FreeReason
+	ReasonStopping            = berthv1alpha1.StoppingReason
+	ReasonReleased            = berthv1alpha1.ReleasedReason
+	ReasonDeleting            = berthv1alpha1.DeletingReason
+	ReasonCordoned            = berthv1alpha1.CordonedReason
+	ReasonInvalidSpec         = berthv1alpha1.InvalidSpecReason
+	ReasonLeaseAPIUnreachable = berthv1alpha1.LeaseAPIUnreachableReason
+	ReasonRenewed             = berthv1alpha1.RenewedReason
+	ReasonReachable           = berthv1alpha1.ReachableReason
+	ReasonSelfFenced          = berthv1alpha1.SelfFencedReason
+	ReasonLeaseNameInUse      = berthv1alpha1.LeaseNameInUseReason
+	ReasonRevoked             = berthv1alpha1.RevokedReason
+	ReasonRecovering          = berthv1alpha1.RecoveringReason
 )
 
 // statusInput is what the status is computed from.

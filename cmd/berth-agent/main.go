@@ -4,14 +4,17 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"time"
 
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/textlogger"
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/berthfleet/berth/cmd/internal/logging"
 )
 
 // version is stamped at build time (-ldflags "-X main.version=...").
@@ -35,7 +38,7 @@ type options struct {
 	heartbeatInterval      time.Duration
 }
 
-func (o *options) bind(fs *flag.FlagSet) {
+func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.clusterID, "cluster-id", "", "this cluster's id in the fleet; the holder of every lease (empty: each BerthLease's spec.holderIdentity)")
 	fs.StringVar(&o.leaseAPIURL, "lease-api-url", "", "URL of berth-leaseapi, e.g. https://berth-leaseapi.example:8443")
 	fs.StringVar(&o.leaseAPITokenFile, "lease-api-token-file", "", "file with the bearer token for the lease API (re-read when it changes)")
@@ -69,25 +72,42 @@ func (o *options) validate() error {
 }
 
 func main() {
-	var o options
-	o.bind(flag.CommandLine)
-	logCfg := textlogger.NewConfig()
-	logCfg.AddFlags(flag.CommandLine)
-	flag.Parse()
-	// controller-runtime registers --kubeconfig itself; read its value.
-	if f := flag.Lookup("kubeconfig"); f != nil {
-		o.kubeconfig = f.Value.String()
+	o, logOpts, err := parseFlags(os.Args[1:], flag.CommandLine)
+	if errors.Is(err, pflag.ErrHelp) {
+		os.Exit(0)
 	}
-
-	log := textlogger.NewLogger(logCfg)
-	klog.SetLogger(log)
-	ctrl.SetLogger(log)
-	if err := o.validate(); err != nil {
+	var log logr.Logger
+	if err == nil {
+		log, err = logOpts.New(os.Stderr)
+	}
+	if err == nil {
+		err = o.validate()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "berth-agent:", err)
 		os.Exit(2)
 	}
+	logging.Install(log)
 	if err := run(ctrl.SetupSignalHandler(), o, log); err != nil {
 		log.Error(err, "berth-agent failed")
 		os.Exit(1)
 	}
+}
+
+// parseFlags reads the command line: the agent's flags, the logging flags,
+// and controller-runtime's --kubeconfig, which it registers on goFlags.
+func parseFlags(args []string, goFlags *flag.FlagSet) (options, *logging.Options, error) {
+	var o options
+	logOpts := logging.NewOptions(logging.FormatText)
+	fs := pflag.NewFlagSet("berth-agent", pflag.ContinueOnError)
+	o.bind(fs)
+	logOpts.AddFlags(fs)
+	fs.AddGoFlagSet(goFlags)
+	if err := fs.Parse(args); err != nil {
+		return o, nil, err
+	}
+	if f := goFlags.Lookup("kubeconfig"); f != nil {
+		o.kubeconfig = f.Value.String()
+	}
+	return o, logOpts, nil
 }

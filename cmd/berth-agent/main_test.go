@@ -1,9 +1,72 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/berthfleet/berth/cmd/internal/logging"
 )
+
+// TestParseFlags checks the command lines that tests, docs and deployments
+// pass (Go flag's spellings included) keep their meaning.
+func TestParseFlags(t *testing.T) {
+	defaults := options{operatorNamespace: "berth-system", webhookPort: 9443, metricsBindAddress: ":8080",
+		healthProbeBindAddress: ":8081", heartbeatInterval: 10 * time.Second}
+	with := func(f func(*options)) options { o := defaults; f(&o); return o }
+	cases := map[string]struct {
+		args     []string
+		want     options
+		wantLogs logging.Options
+	}{
+		"defaults": {want: defaults, wantLogs: logging.Options{Format: logging.FormatText}},
+		"per-cluster agent, as test/localfleet starts it": {
+			args: []string{"--cluster-id", "east", "--kubeconfig", "east.kubeconfig", "--lease-api-url", "http://127.0.0.1:1",
+				"--lease-api-token-file", "east.token", "--managed-workloads", "--webhook-port", "9999", "--webhook-cert-dir", "certs",
+				"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--cluster-heartbeat-interval", "2s"},
+			want: with(func(o *options) {
+				o.clusterID, o.kubeconfig, o.leaseAPIURL, o.leaseAPITokenFile = "east", "east.kubeconfig", "http://127.0.0.1:1", "east.token"
+				o.managedWorkloads, o.webhookPort, o.webhookCertDir = true, 9999, "certs"
+				o.metricsBindAddress, o.healthProbeBindAddress, o.heartbeatInterval = "0", "0", 2*time.Second
+			}),
+			wantLogs: logging.Options{Format: logging.FormatText},
+		},
+		"fleet agent at -v 1": {
+			args:     []string{"--fleet-kubeconfig-dir", "dir", "--leader-elect=true", "--operator-namespace=berth", "-v", "1"},
+			want:     with(func(o *options) { o.fleetKubeconfigDir, o.leaderElect, o.operatorNamespace = "dir", true, "berth" }),
+			wantLogs: logging.Options{Format: logging.FormatText, Verbosity: 1},
+		},
+		"klog's spellings": {
+			args:     []string{"--v=4", "--vmodule=run=2"},
+			want:     defaults,
+			wantLogs: logging.Options{Format: logging.FormatText, Verbosity: 4, VModule: "run=2"},
+		},
+		"json": {
+			args:     []string{"--log-format", "json", "--v", "2"},
+			want:     defaults,
+			wantLogs: logging.Options{Format: logging.FormatJSON, Verbosity: 2},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			goFlags := flag.NewFlagSet("go", flag.ContinueOnError)
+			goFlags.String("kubeconfig", "", "as controller-runtime registers it")
+			o, logs, err := parseFlags(tc.args, goFlags)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, o, cmp.AllowUnexported(options{})); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantLogs, *logs); diff != "" {
+				t.Errorf("logging options (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
 
 func TestValidate(t *testing.T) {
 	dir := t.TempDir()

@@ -4,32 +4,51 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
 
+	"github.com/berthfleet/berth/cmd/internal/logging"
 	"github.com/berthfleet/berth/leaseapi/server"
 )
 
 func main() {
-	var o options
-	o.bind(flag.CommandLine)
-	verbosity := flag.Int("v", 0, "log verbosity (0: state changes and requests, 1: flow, 4: trace)")
-	flag.Parse()
-
-	log := newLogger(*verbosity)
+	o, logOpts, err := parseFlags(os.Args[1:])
+	if errors.Is(err, pflag.ErrHelp) {
+		os.Exit(0)
+	}
+	var log logr.Logger
+	if err == nil {
+		log, err = logOpts.New(os.Stderr)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "berth-leaseapi:", err)
+		os.Exit(2)
+	}
+	logging.Install(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o, log); err != nil {
 		log.Error(err, "berth-leaseapi failed")
 		os.Exit(1)
 	}
+}
+
+// parseFlags reads the command line: the server's flags and the logging
+// flags (JSON lines by default).
+func parseFlags(args []string) (options, *logging.Options, error) {
+	var o options
+	logOpts := logging.NewOptions(logging.FormatJSON)
+	fs := pflag.NewFlagSet("berth-leaseapi", pflag.ContinueOnError)
+	o.bind(fs)
+	logOpts.AddFlags(fs)
+	return o, logOpts, fs.Parse(args)
 }
 
 // options are the command-line flags.
@@ -55,7 +74,7 @@ type options struct {
 	limits server.Limits
 }
 
-func (o *options) bind(fs *flag.FlagSet) {
+func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8443", "address of the lease API")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "127.0.0.1:9090", "address of /metrics (empty: off)")
 	fs.StringVar(&o.store, "store", "sqlite", "store backend: sqlite (one process, embedded), postgres or kubernetes (several replicas on one database or cluster)")
@@ -93,11 +112,6 @@ func (o *options) checkLimits() error {
 		return usageError("--read-header-timeout, --body-read-timeout, --idle-timeout and --max-header-bytes must be positive")
 	}
 	return nil
-}
-
-func newLogger(verbosity int) logr.Logger {
-	h := slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-verbosity)})
-	return logr.FromSlogHandler(h)
 }
 
 func usageError(format string, args ...any) error {

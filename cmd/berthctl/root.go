@@ -5,11 +5,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/utils/clock"
 
+	"github.com/berthfleet/berth/cmd/internal/logging"
 	"github.com/berthfleet/berth/leaseapi/client"
 )
 
@@ -56,6 +56,8 @@ type globalOptions struct {
 	clientCert, clientKey     string
 	timeout                   time.Duration
 	flags                     *pflag.FlagSet
+	// logs log what the client does (its retries at -v 1) on stderr.
+	logs *logging.Options
 }
 
 func (o *globalOptions) bind(fs *pflag.FlagSet) {
@@ -66,6 +68,8 @@ func (o *globalOptions) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.clientCert, "client-cert", "", "client certificate (PEM) for mutual TLS")
 	fs.StringVar(&o.clientKey, "client-key", "", "key (PEM) of --client-cert")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound on the whole command, retries included")
+	o.logs = logging.NewOptions(logging.FormatText)
+	o.logs.AddFlags(fs)
 }
 
 // resolveConnection decides the connection settings: a flag given on the
@@ -106,13 +110,17 @@ func (o *globalOptions) connect() (*client.Client, connection, error) {
 	if err != nil {
 		return nil, conn, err
 	}
+	log, err := o.logs.New(o.err)
+	if err != nil {
+		return nil, conn, &usageError{err: err}
+	}
 	c, err := client.New(client.Config{
 		URL:            conn.server,
 		TokenFile:      conn.tokenFile,
 		CAFile:         conn.caFile,
 		ClientCertFile: conn.clientCert,
 		ClientKeyFile:  conn.clientKey,
-		Log:            logr.Discard(),
+		Log:            log,
 	})
 	if err != nil {
 		return nil, conn, &usageError{err: err}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -275,5 +276,33 @@ func TestBuildVersion(t *testing.T) {
 	}
 	if got := buildVersion("", nil); got.Version != "unknown" {
 		t.Errorf("version without build info %q, want unknown", got.Version)
+	}
+}
+
+// TestLogFlags checks that berthctl takes the logging flags of every Berth
+// command: -v 1 shows the client's retries on stderr, silent by default.
+func TestLogFlags(t *testing.T) {
+	cases := map[string]struct {
+		args        []string
+		wantCode    int
+		wantRetries bool
+	}{
+		"silent by default": {wantCode: exitError},
+		"v 1 shows retries": {args: []string{"-v", "1"}, wantCode: exitError, wantRetries: true},
+		"json lines":        {args: []string{"--log-format=json", "--v=1"}, wantCode: exitError, wantRetries: true},
+		"unknown format":    {args: []string{"--log-format=xml"}, wantCode: exitUsage},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			args := append([]string{"--server", "http://127.0.0.1:1", "--timeout", "500ms", "leases", "get", "team/exporter"}, tc.args...)
+			err := run(t.Context(), args, streams{out: &out, err: &errOut, getenv: func(string) string { return "" }})
+			if got := exitCode(err); got != tc.wantCode {
+				t.Errorf("exit code %d (%v), want %d", got, err, tc.wantCode)
+			}
+			if got := strings.Contains(errOut.String(), "retrying lease API call"); got != tc.wantRetries {
+				t.Errorf("stderr shows retries: %v, want %v:\n%s", got, tc.wantRetries, errOut.String())
+			}
+		})
 	}
 }

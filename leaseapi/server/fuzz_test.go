@@ -207,18 +207,18 @@ func (s *errorRecorder) Ping(ctx context.Context) error {
 // serverSeeds are valid requests for every endpoint, and a few of each kind
 // of invalid one, as raw HTTP/1.1.
 func serverSeeds() []string {
-	lease := leasePath("team", "exporter", "")
+	leaseURL := leasePath("team", "exporter", "")
 	list := "/v1alpha1/leases"
 	seeds := []string{
-		rawRequest("POST", lease+"/acquire", tokenA, `{"holder":"cluster-a","ttlSeconds":30}`),
-		rawRequest("POST", lease+"/renew", tokenA, `{"holder":"cluster-a","fencingToken":1,"ttlSeconds":30}`),
-		rawRequest("POST", lease+"/release", tokenA, `{"holder":"cluster-a","fencingToken":1}`),
-		rawRequest("POST", lease+"/release", tokenAdmin, `{"holder":"cluster-a","fencingToken":1}`),
-		rawRequest("POST", lease+"/revoke", tokenAdmin, `{"holder":"cluster-a","fencingToken":1}`),
-		rawRequest("POST", lease+"/revoke", tokenB, `{"holder":"cluster-a","fencingToken":1}`),
-		rawRequest("POST", lease+"/acquire", tokenB, `{"holder":"cluster-b/shard-1","ttlSeconds":5}`),
-		rawRequest("GET", lease, tokenB, ""),
-		rawRequest("GET", lease+"?waitSeconds=1&holder=cluster-a&fencingToken=1", tokenB, ""),
+		rawRequest("POST", leaseURL+"/acquire", tokenA, `{"holder":"cluster-a","ttlSeconds":30}`),
+		rawRequest("POST", leaseURL+"/renew", tokenA, `{"holder":"cluster-a","fencingToken":1,"ttlSeconds":30}`),
+		rawRequest("POST", leaseURL+"/release", tokenA, `{"holder":"cluster-a","fencingToken":1}`),
+		rawRequest("POST", leaseURL+"/release", tokenAdmin, `{"holder":"cluster-a","fencingToken":1}`),
+		rawRequest("POST", leaseURL+"/revoke", tokenAdmin, `{"holder":"cluster-a","fencingToken":1}`),
+		rawRequest("POST", leaseURL+"/revoke", tokenB, `{"holder":"cluster-a","fencingToken":1}`),
+		rawRequest("POST", leaseURL+"/acquire", tokenB, `{"holder":"cluster-b/shard-1","ttlSeconds":5}`),
+		rawRequest("GET", leaseURL, tokenB, ""),
+		rawRequest("GET", leaseURL+"?waitSeconds=1&holder=cluster-a&fencingToken=1", tokenB, ""),
 		rawRequest("GET", list+"?namespace=team&limit=2", tokenA, ""),
 		rawRequest("GET", list+"?limit=1&continue=dGVhbS9leHBvcnRlcg", tokenA, ""),
 		rawRequest("PUT", "/v1alpha1/clusters/cluster-a", tokenA, `{"fingerprint":"5d7c","agentVersion":"v0.1.0","labels":{"region":"eu"}}`),
@@ -229,25 +229,25 @@ func serverSeeds() []string {
 		rawRequest("GET", "/readyz", "", ""),
 		// Refused ones: no credentials, wrong holder, bad JSON, too large,
 		// unknown route, wrong method, an unclean path.
-		rawRequest("POST", lease+"/acquire", "", `{"holder":"cluster-a","ttlSeconds":30}`),
-		rawRequest("POST", lease+"/acquire", tokenB, `{"holder":"cluster-a","ttlSeconds":30}`),
-		rawRequest("POST", lease+"/renew", tokenA, `{"holder":"cluster-a","fencingToken":1,"ttlSeconds":30,"x":1}`),
-		rawRequest("POST", lease+"/acquire", tokenA, `{"holder":"cluster-a",`),
-		rawRequest("POST", lease+"/acquire", tokenA, strings.Repeat(" ", leaseapi.MaxBodyBytes+1)),
-		rawRequest("DELETE", lease, tokenA, ""),
+		rawRequest("POST", leaseURL+"/acquire", "", `{"holder":"cluster-a","ttlSeconds":30}`),
+		rawRequest("POST", leaseURL+"/acquire", tokenB, `{"holder":"cluster-a","ttlSeconds":30}`),
+		rawRequest("POST", leaseURL+"/renew", tokenA, `{"holder":"cluster-a","fencingToken":1,"ttlSeconds":30,"x":1}`),
+		rawRequest("POST", leaseURL+"/acquire", tokenA, `{"holder":"cluster-a",`),
+		rawRequest("POST", leaseURL+"/acquire", tokenA, strings.Repeat(" ", leaseapi.MaxBodyBytes+1)),
+		rawRequest("DELETE", leaseURL, tokenA, ""),
 		rawRequest("GET", "/v1alpha1/namespaces/Team/leases/x..y", tokenA, ""),
 		rawRequest("GET", "//v1alpha1/../healthz", "", ""),
 		// Framing: chunked, Expect: 100-continue, HTTP/1.0, absolute form,
 		// a caller's request id.
-		"POST " + lease + "/acquire HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer " + tokenA +
+		"POST " + leaseURL + "/acquire HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer " + tokenA +
 			"\r\nTransfer-Encoding: chunked\r\n\r\n15\r\n{\"holder\":\"cluster-a\"\r\n10\r\n,\"ttlSeconds\":9}\r\n0\r\n\r\n",
-		"POST " + lease + "/renew HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer " + tokenA +
+		"POST " + leaseURL + "/renew HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer " + tokenA +
 			"\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}",
 		"GET /healthz HTTP/1.0\r\n\r\n",
 		// Targets that are not paths, which the mux would answer in plain text.
 		"GET * HTTP/1.1\r\nHost: berth\r\n\r\n",
 		"CONNECT berth:8443 HTTP/1.1\r\nHost: berth:8443\r\n\r\n",
-		"GET http://berth:8443" + lease + " HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer " + tokenA + "\r\nX-Request-Id: caller-7\r\n\r\n",
+		"GET http://berth:8443" + leaseURL + " HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer " + tokenA + "\r\nX-Request-Id: caller-7\r\n\r\n",
 	}
 	return seeds
 }

@@ -104,7 +104,7 @@ func (s *Server) endTerm(w http.ResponseWriter, r *http.Request, p Principal, re
 	}
 	s.Metrics.observeDecision(d)
 	if d.Outcome == lease.OutcomeRevoked && d.Write {
-		s.Log.Info("lease revoked", "lease", key.String(), "holder", req.Holder, "fencingToken", req.FencingToken, "expiresAt", d.Next.ExpiresAt, "subject", p.Subject)
+		s.Log.Info("lease revoked", "lease", key.String(), "holder", req.Holder, "token", req.FencingToken, "expiresAt", d.Next.ExpiresAt, "subject", p.Subject)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

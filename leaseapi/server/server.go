@@ -76,13 +76,13 @@ type route struct {
 }
 
 func (s *Server) routes() http.Handler {
-	const lease = "/v1alpha1/namespaces/{namespace}/leases/{name}"
+	const leaseRoute = "/v1alpha1/namespaces/{namespace}/leases/{name}"
 	table := []route{
-		{method: http.MethodPost, pattern: lease + "/acquire", handle: s.acquire},
-		{method: http.MethodPost, pattern: lease + "/renew", handle: s.renew},
-		{method: http.MethodPost, pattern: lease + "/release", handle: s.release},
-		{method: http.MethodPost, pattern: lease + "/revoke", handle: s.revoke},
-		{method: http.MethodGet, pattern: lease, handle: s.getLease},
+		{method: http.MethodPost, pattern: leaseRoute + "/acquire", handle: s.acquire},
+		{method: http.MethodPost, pattern: leaseRoute + "/renew", handle: s.renew},
+		{method: http.MethodPost, pattern: leaseRoute + "/release", handle: s.release},
+		{method: http.MethodPost, pattern: leaseRoute + "/revoke", handle: s.revoke},
+		{method: http.MethodGet, pattern: leaseRoute, handle: s.getLease},
 		{method: http.MethodGet, pattern: "/v1alpha1/leases", handle: s.listLeases},
 		{method: http.MethodPut, pattern: "/v1alpha1/clusters/{id}", handle: s.registerCluster},
 		{method: http.MethodGet, pattern: "/v1alpha1/clusters", handle: s.listClusters},

@@ -15,7 +15,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/berthfleet/berth/leaseapi/client"
+	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 )
 
 // OpKind is a lease API call the test clients make.
@@ -275,7 +275,7 @@ func describeIllegal(ops []porcupine.Operation) string {
 type Hammer struct {
 	Log *OpLog
 	// Clients call through these lease API clients, one each.
-	Clients []*client.Client
+	Clients []*leaseclient.Client
 	// Keys are "namespace/name" keys no one else uses.
 	Keys []string
 	// Subject is the clients' subject: they act as Subject/c<i>.
@@ -292,7 +292,7 @@ func (h *Hammer) Run(ctx context.Context, seed uint64) {
 	wg.Wait()
 }
 
-func (h *Hammer) client(ctx context.Context, id int, c *client.Client, rng *rand.Rand) {
+func (h *Hammer) client(ctx context.Context, id int, c *leaseclient.Client, rng *rand.Rand) {
 	holder := fmt.Sprintf("%s/c%d", h.Subject, id)
 	tokens := map[string]int32{} // the last token this client was granted, per key
 	for ctx.Err() == nil {
@@ -311,7 +311,7 @@ func (h *Hammer) client(ctx context.Context, id int, c *client.Client, rng *rand
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		in.Call = h.Log.now()
-		var res client.AcquireResult
+		var res leaseclient.AcquireResult
 		var err error
 		switch in.Kind {
 		case OpAcquire:
@@ -331,7 +331,7 @@ func (h *Hammer) client(ctx context.Context, id int, c *client.Client, rng *rand
 				tokens[key] = res.FencingToken
 			}
 		case err == nil:
-		case in.Kind == OpRelease && errors.Is(err, client.ErrConflict):
+		case in.Kind == OpRelease && errors.Is(err, leaseclient.ErrConflict):
 			out.Outcome = Refused
 		case errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, context.DeadlineExceeded):
 			out.Outcome = NotSent

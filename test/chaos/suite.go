@@ -11,7 +11,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
-	"github.com/berthfleet/berth/leaseapi/client"
+	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/history"
 	"github.com/berthfleet/berth/test/localfleet"
@@ -28,7 +28,7 @@ type Suite struct {
 	Timing   Timing
 	// clients call the lease API for the linearizability check: the first
 	// directly, the others through the nemesis's Clients proxy.
-	clients []*client.Client
+	clients []*leaseclient.Client
 	Logf    func(format string, args ...any)
 	// Converge bounds the wait for one holder after a heal.
 	Converge time.Duration
@@ -46,7 +46,7 @@ func NewSuite(f *localfleet.Fleet, w localfleet.Workload, berthctl string, logf 
 		Timing: Timing{TTL: time.Duration(w.TTLSeconds) * time.Second, MinSteps: 2, MaxSteps: 5, MaxWait: 2500 * time.Millisecond}}
 	s.Nemesis = &Nemesis{Fleet: f, Workload: w, Berthctl: berthctl, Clients: proxy, Logf: logf}
 	for i, url := range []string{f.LeaseAPI.URL, "http://" + proxy.Addr, "http://" + proxy.Addr} {
-		c, err := client.New(client.Config{URL: url, TokenFile: f.LeaseAPI.TokenFiles[localfleet.AdminSubject], RetryMax: -1, Timeout: time.Second})
+		c, err := leaseclient.New(leaseclient.Config{URL: url, TokenFile: f.LeaseAPI.TokenFiles[localfleet.AdminSubject], RetryMax: -1, Timeout: time.Second})
 		if err != nil {
 			proxy.Close()
 			return nil, fmt.Errorf("lease API client %d: %w", i, err)

@@ -27,7 +27,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/berthfleet/berth/leaseapi/client"
+	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 	"github.com/berthfleet/berth/test/kubeenv"
 )
 
@@ -159,7 +159,7 @@ func (f *Fleet) Stop(ctx context.Context) error {
 type LeaseAPI struct {
 	*Process
 	URL   string
-	Admin *client.Client
+	Admin *leaseclient.Client
 	// TokenFiles maps a subject to the file with its token.
 	TokenFiles map[string]string
 	binDir     string
@@ -194,7 +194,7 @@ func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string) (
 	}
 	api.addr = fmt.Sprintf("127.0.0.1:%d", port)
 	api.URL = "http://" + api.addr
-	if api.Admin, err = client.New(client.Config{URL: api.URL, TokenFile: api.TokenFiles[AdminSubject], Timeout: 2 * time.Second}); err != nil {
+	if api.Admin, err = leaseclient.New(leaseclient.Config{URL: api.URL, TokenFile: api.TokenFiles[AdminSubject], Timeout: 2 * time.Second}); err != nil {
 		return nil, err
 	}
 	return api, api.Start(ctx)

@@ -1,0 +1,82 @@
+package v1alpha1
+
+// The names below are shared by every part of Berth (the agent's reconciler,
+// its fleet membership, admission, the tests): the labels, gate, annotations
+// and finalizer Berth puts on objects, and the values of a BerthLease's
+// status. They live in the API package, as cluster-api keeps its well-known
+// labels in its own, so that a consumer needs no controller package for a
+// name. reconciler and fleet keep their exported names as aliases of these.
+
+// Names on managed Pods and on BerthLeases.
+const (
+	// ManagedLeaseLabel is the Pod label that opts a Pod in: its value names
+	// the BerthLease (in the Pod's namespace) the Pod runs under.
+	ManagedLeaseLabel = "berth.skaphos.io/managed-lease"
+	// ManagedLeaseUIDLabel is the Pod label admission stamps with the
+	// BerthLease's UID.
+	ManagedLeaseUIDLabel = "berth.skaphos.io/managed-lease-uid"
+	// LeaseHeldSchedulingGate keeps a managed Pod from scheduling until this
+	// cluster holds the lease.
+	LeaseHeldSchedulingGate = "berth.skaphos.io/lease-held"
+	// FencingTokenAnnotation and HolderAnnotation are written on a Pod when
+	// it is ungated, so that the workload can read its term through the
+	// downward API and fence its own writes.
+	FencingTokenAnnotation = "berth.skaphos.io/fencing-token"
+	HolderAnnotation       = "berth.skaphos.io/holder"
+	// LeaseReleaseFinalizer keeps a BerthLease until the agent has stopped
+	// its managed Pods and given its lease up.
+	LeaseReleaseFinalizer = "berth.skaphos.io/lease-release"
+)
+
+// Values of BerthLeaseStatus.LeaseState.
+const (
+	LeaseStateHeld     = "held"
+	LeaseStateWaiting  = "waiting"
+	LeaseStateReleased = "released"
+)
+
+// Values of BerthLeaseStatus.Phase (empty while the cluster neither runs nor
+// stops the managed Pods).
+const (
+	// PhaseActive: this cluster holds the lease and may run the Pods.
+	PhaseActive = "Active"
+	// PhaseStopping: this cluster is removing its Pods before giving the
+	// lease up.
+	PhaseStopping = "Stopping"
+)
+
+// Condition types of BerthLeaseStatus.Conditions.
+const (
+	AcquiredCondition         = "Acquired"
+	HeartbeatHealthyCondition = "HeartbeatHealthy"
+)
+
+// Condition reasons.
+const (
+	HeldReason                = "Held"
+	HeldByOtherReason         = "HeldByOther"
+	FreeReason                = "Free"
+	StoppingReason            = "Stopping"
+	ReleasedReason            = "Released"
+	DeletingReason            = "Deleting"
+	InvalidSpecReason         = "InvalidSpec"
+	LeaseAPIUnreachableReason = "LeaseAPIUnreachable"
+	RenewedReason             = "Renewed"
+	ReachableReason           = "Reachable"
+	SelfFencedReason          = "SelfFenced"
+	LeaseNameInUseReason      = "LeaseNameInUse"
+	RevokedReason             = "Revoked"
+	RecoveringReason          = "Recovering"
+
+	// Reasons a cluster must hand its leases over: its fleet membership.
+
+	// CordonedReason: the cluster is cordoned at the lease API.
+	CordonedReason = "Cordoned"
+	// RegistrationRefusedReason: another live cluster registered the same id.
+	RegistrationRefusedReason = "RegistrationRefused"
+	// UnregisteredReason: the cluster is not (yet) registered.
+	UnregisteredReason = "Unregistered"
+	// LeavingReason: the cluster is leaving a fleet-mode agent (its
+	// kubeconfig was removed from the folder).
+	LeavingReason = "Leaving"
+)

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/berthfleet/berth/cmd/internal/logging"
+	"github.com/berthfleet/berth/leaseapi/server"
+)
+
+// TestParseFlags checks the command lines that tests, hack/bench.sh and docs
+// pass keep their meaning, and that the logs stay JSON unless asked.
+func TestParseFlags(t *testing.T) {
+	defaults := options{listen: "127.0.0.1:8443", metricsListen: "127.0.0.1:9090", store: "sqlite",
+		sqlitePath: "./berth-leases.db", postgresMigrate: true, coordinationNamespace: "berth-leases",
+		limits: server.Limits{ReadHeaderTimeout: server.DefaultReadHeaderTimeout, BodyReadTimeout: server.DefaultBodyReadTimeout,
+			IdleTimeout: server.DefaultIdleTimeout, MaxHeaderBytes: server.DefaultMaxHeaderBytes}}
+	with := func(f func(*options)) options { o := defaults; f(&o); return o }
+	cases := map[string]struct {
+		args     []string
+		want     options
+		wantLogs logging.Options
+	}{
+		"defaults": {want: defaults, wantLogs: logging.Options{Format: logging.FormatJSON}},
+		"metrics off, as the tests run it": {
+			args: []string{"--listen", "127.0.0.1:0", "--metrics-listen", "", "--sqlite-path", "x.db", "--postgres-migrate=false"},
+			want: with(func(o *options) {
+				o.listen, o.metricsListen, o.sqlitePath, o.postgresMigrate = "127.0.0.1:0", "", "x.db", false
+			}),
+			wantLogs: logging.Options{Format: logging.FormatJSON},
+		},
+		"-v 4":          {args: []string{"-v", "4"}, want: defaults, wantLogs: logging.Options{Format: logging.FormatJSON, Verbosity: 4}},
+		"text at --v=1": {args: []string{"--log-format=text", "--v=1"}, want: defaults, wantLogs: logging.Options{Format: logging.FormatText, Verbosity: 1}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o, logs, err := parseFlags(tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, o, cmp.AllowUnexported(options{})); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantLogs, *logs); diff != "" {
+				t.Errorf("logging options (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
