@@ -29,7 +29,7 @@ import (
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi"
-	"github.com/berthfleet/berth/leaseapi/client"
+	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 	"github.com/berthfleet/berth/leaseapi/lease"
 	"github.com/berthfleet/berth/leaseapi/server"
 	"github.com/berthfleet/berth/leaseapi/store/sqlite"
@@ -51,7 +51,7 @@ var (
 // faultyClient passes calls to the real lease API client, except the ones
 // a test breaks.
 type faultyClient struct {
-	*client.Client
+	*leaseclient.Client
 	// refuse answers registrations with a conflict: another cluster holds
 	// the id.
 	refuse atomic.Bool
@@ -64,7 +64,7 @@ type faultyClient struct {
 
 func (f *faultyClient) RegisterCluster(ctx context.Context, id string, reg leaseapi.ClusterRegistration) (leaseapi.ClusterRegistrationResponse, error) {
 	if f.refuse.Load() {
-		return leaseapi.ClusterRegistrationResponse{}, client.ErrConflict
+		return leaseapi.ClusterRegistrationResponse{}, leaseclient.ErrConflict
 	}
 	return f.Client.RegisterCluster(ctx, id, reg)
 }
@@ -129,7 +129,7 @@ func newCluster(t *testing.T, name string) *testCluster {
 }
 
 // startLeaseAPI runs the lease API in process and returns a client of it.
-func startLeaseAPI(t *testing.T) *client.Client {
+func startLeaseAPI(t *testing.T) *leaseclient.Client {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "leases.db"))
 	if err != nil {
@@ -140,7 +140,7 @@ func startLeaseAPI(t *testing.T) *client.Client {
 		Auth: server.NewAuthenticator(nil, false, nil), Log: logr.Discard()})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	c, err := client.New(client.Config{URL: ts.URL, Timeout: 2 * time.Second})
+	c, err := leaseclient.New(leaseclient.Config{URL: ts.URL, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ type fleetUnderTest struct {
 	members *Members
 	clock   *clocktesting.FakeClock
 	leases  map[string]*faultyClient
-	api     *client.Client
+	api     *leaseclient.Client
 }
 
 func newFleet(t *testing.T) *fleetUnderTest {
@@ -250,7 +250,7 @@ func (f *fleetUnderTest) status(cl *testCluster) berthv1alpha1.BerthLeaseStatus 
 func (f *fleetUnderTest) holder() string {
 	f.t.Helper()
 	l, err := f.api.GetLease(f.t.Context(), blKey.Namespace, blKey.Name)
-	if errors.Is(err, client.ErrNotFound) {
+	if errors.Is(err, leaseclient.ErrNotFound) {
 		return "" // never held
 	}
 	if err != nil {

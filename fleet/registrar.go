@@ -219,7 +219,7 @@ func (r *Registrar) RegisterFirst(ctx context.Context, c ctrlclient.Reader) erro
 		return err
 	}
 	r.Fingerprint = fingerprint
-	if err := r.Register(ctx); err != nil && !errors.Is(err, client.ErrConflict) {
+	if err := r.Register(ctx); err != nil && !errors.Is(err, leaseclient.ErrConflict) {
 		r.Log.Error(err, "first registration failed; retrying with the heartbeat", "cluster", r.ClusterID)
 	}
 	return nil
