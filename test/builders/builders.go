@@ -156,7 +156,7 @@ func (w *PodWrapper) Phase(phase corev1.PodPhase) *PodWrapper {
 
 // PodSpec replaces the Pod's spec.
 func (w *PodWrapper) PodSpec(spec corev1.PodSpec) *PodWrapper {
-	w.Pod.Spec = spec
+	w.Spec = spec
 	return w
 }
 
