@@ -18,9 +18,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,7 +31,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/berthfleet/berth/admission"
-	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/builders"
 	"github.com/berthfleet/berth/test/freeport"
@@ -49,12 +46,7 @@ const (
 	mallory   = "mallory" // may create, update and patch Pods, but is not the agent
 )
 
-var scheme = func() *runtime.Scheme {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = berthv1alpha1.AddToScheme(s)
-	return s
-}()
+var scheme = builders.Scheme
 
 // suite is one cluster with Berth's admission installed step by step.
 type suite struct {

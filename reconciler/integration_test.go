@@ -32,7 +32,6 @@ import (
 	"github.com/berthfleet/berth/test/builders"
 	"github.com/berthfleet/berth/test/history"
 	"github.com/berthfleet/berth/test/kubeenv"
-	"github.com/berthfleet/berth/test/localfleet"
 	"github.com/berthfleet/berth/test/poll"
 )
 
@@ -43,7 +42,7 @@ const (
 	heartbeat = 3 // seconds
 )
 
-var scheme = localfleet.Scheme
+var scheme = builders.Scheme
 
 // faultyLeases passes calls to the real lease API client unless cut off,
 // when every call hangs until its context ends, as against a partitioned

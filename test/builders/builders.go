@@ -6,20 +6,32 @@
 //	builders.Deployment("payments", "exporter").ManagedBy("exporter").Replicas(2).Obj()
 //	builders.Pod("payments", "exporter-0").ManagedBy("exporter").Gated().Obj()
 //
-// It builds objects only; creating them, and waiting for what follows, is the
-// test's or the test environment's.
+// Scheme is the scheme of clients that create them. The package builds objects
+// only; creating them, and waiting for what follows, is the test's or the test
+// environment's.
 package builders
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/reconciler"
 )
+
+// Scheme knows the built-in types and BerthLease: every kind this package
+// builds, for the clients that create them.
+var Scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = berthv1alpha1.AddToScheme(s)
+	return s
+}()
 
 // Image is the container image of built Pods: it does nothing, and kwok's
 // nodes never pull it.

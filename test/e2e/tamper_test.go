@@ -52,7 +52,7 @@ func TestTamperedObjects(t *testing.T) {
 
 	// The agent may write Leases for its election in its own namespace
 	// only, never kube-node-lease's (node heartbeats) or kube-system's.
-	agent, err := ctrlclient.New(m.Cluster.ConfigAs(admission.DefaultOperatorUser, "system:serviceaccounts", "system:serviceaccounts:berth-system"), ctrlclient.Options{Scheme: localfleet.Scheme})
+	agent, err := ctrlclient.New(m.Cluster.ConfigAs(admission.DefaultOperatorUser, "system:serviceaccounts", "system:serviceaccounts:berth-system"), ctrlclient.Options{Scheme: builders.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -22,14 +20,6 @@ import (
 	"github.com/berthfleet/berth/test/pki"
 	"github.com/berthfleet/berth/test/process"
 )
-
-// Scheme knows the built-in types and BerthLease.
-var Scheme = func() *k8sruntime.Scheme {
-	s := k8sruntime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = berthv1alpha1.AddToScheme(s)
-	return s
-}()
 
 // Workload is the BerthLease and managed Deployment every cluster gets.
 type Workload struct {
@@ -86,10 +76,10 @@ func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*
 		return nil, err
 	}
 	cfg := c.RESTConfig()
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{crdDir()}, Scheme: Scheme}); err != nil {
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{crdDir()}, Scheme: builders.Scheme}); err != nil {
 		return nil, fmt.Errorf("%s: install CRDs: %w", c.Name, err)
 	}
-	cl, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: Scheme})
+	cl, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: builders.Scheme})
 	if err != nil {
 		return nil, err
 	}
