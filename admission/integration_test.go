@@ -462,8 +462,8 @@ func (s *suite) setUpCluster(ctx context.Context, cfg *rest.Config) {
 }
 
 // serveAdmission runs WorkloadAdmission (with mutation) in a manager's webhook server on
-// 127.0.0.1 with a self-signed certificate; it returns the server's URL, the certificate
-// as CA bundle, and a function that stops the server.
+// 127.0.0.1 with a certificate from a test CA; it returns the server's URL, the CA's
+// certificate as CA bundle, and a function that stops the server.
 func serveAdmission(t *testing.T, cfg *rest.Config) (string, []byte, func()) {
 	t.Helper()
 	dir := t.TempDir()
