@@ -2,18 +2,11 @@ package admission_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,14 +14,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -42,7 +32,11 @@ import (
 
 	"github.com/berthfleet/berth/admission"
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/test/builders"
+	"github.com/berthfleet/berth/test/freeport"
 	"github.com/berthfleet/berth/test/kubeenv"
+	"github.com/berthfleet/berth/test/pki"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 const (
@@ -52,12 +46,7 @@ const (
 	mallory   = "mallory" // may create, update and patch Pods, but is not the agent
 )
 
-var scheme = func() *runtime.Scheme {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = berthv1alpha1.AddToScheme(s)
-	return s
-}()
+var scheme = builders.Scheme
 
 // suite is one cluster with Berth's admission installed step by step.
 type suite struct {
@@ -368,18 +357,7 @@ func (s *suite) webhookDown(ctx context.Context, t *testing.T) {
 // only) and returns its Pods once the ReplicaSet made them: gated and stamped.
 func (s *suite) managedDeployment(ctx context.Context, t *testing.T) []corev1.Pod {
 	t.Helper()
-	labels := map[string]string{"app": "exporter", berthv1alpha1.ManagedLeaseLabel: leaseName}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "exporter"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "exporter"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       podSpec(),
-			},
-		},
-	}
+	d := builders.Deployment(namespace, "exporter").ManagedBy(leaseName).Replicas(2).PodSpec(podSpec()).Obj()
 	if err := s.mallory.Create(ctx, d); err != nil {
 		t.Fatalf("create Deployment: %v", err)
 	}
@@ -477,21 +455,26 @@ func (s *suite) setUpCluster(ctx context.Context, cfg *rest.Config) {
 		},
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-	lease := &berthv1alpha1.BerthLease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: leaseName},
-		Spec: berthv1alpha1.BerthLeaseSpec{TTLSeconds: 30, HeartbeatIntervalSeconds: 10}}
+	lease := builders.BerthLease(namespace, leaseName).TTL(30).Heartbeat(10).Obj()
 	s.create(ctx, role, bind, ns)
 	s.eventually("BerthLease created", func() error { return s.admin.Create(ctx, lease) })
 	s.leaseUID = lease.UID
 }
 
 // serveAdmission runs WorkloadAdmission (with mutation) in a manager's webhook server on
-// 127.0.0.1 with a self-signed certificate; it returns the server's URL, the certificate
-// as CA bundle, and a function that stops the server.
+// 127.0.0.1 with a certificate from a test CA; it returns the server's URL, the CA's
+// certificate as CA bundle, and a function that stops the server.
 func serveAdmission(t *testing.T, cfg *rest.Config) (string, []byte, func()) {
 	t.Helper()
 	dir := t.TempDir()
-	ca := selfSigned(t, dir)
-	port := freePort(t)
+	ca, err := pki.WriteServing(dir, "berth-admission-test", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Logger:                 testr.NewWithOptions(t, testr.Options{Verbosity: 1}),
@@ -523,67 +506,14 @@ func serveAdmission(t *testing.T, cfg *rest.Config) (string, []byte, func()) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.ForNoError(t, 30*time.Second, "webhook server serving", func() error {
 		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
-		if err == nil {
-			_ = conn.Close()
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("webhook server not serving: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return conn.Close()
+	})
 	return "https://" + addr, ca, stop
-}
-
-// selfSigned writes tls.crt and tls.key for 127.0.0.1 into dir and returns the certificate.
-func selfSigned(t *testing.T, dir string) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "berth-admission-test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	for name, data := range map[string][]byte{
-		"tls.crt": certPEM,
-		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return certPEM
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func newClient(t *testing.T, cfg *rest.Config) ctrlclient.Client {
@@ -645,13 +575,8 @@ func podSpec() corev1.PodSpec {
 
 // pod is a managed Pod as admission leaves it at creation, changed by opts.
 func (s *suite) pod(name string, opts ...podOpt) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{
-			"app": "bypass", berthv1alpha1.ManagedLeaseLabel: leaseName, berthv1alpha1.ManagedLeaseUIDLabel: string(s.leaseUID),
-		}},
-		Spec: podSpec(),
-	}
-	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: berthv1alpha1.LeaseHeldSchedulingGate}}
+	p := builders.Pod(namespace, name).Label("app", "bypass").ManagedBy(leaseName).ManagedUID(s.leaseUID).
+		PodSpec(podSpec()).Gated().Obj()
 	for _, o := range opts {
 		o(p)
 	}
@@ -722,15 +647,5 @@ func (s *suite) mustCreateAs(ctx context.Context, c ctrlclient.Client, p *corev1
 // eventually retries f until it returns nil, for at most 30 seconds.
 func (s *suite) eventually(what string, f func() error) {
 	s.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll.ForNoError(s.t, 30*time.Second, what, f)
 }

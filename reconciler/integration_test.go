@@ -3,7 +3,6 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -11,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -30,13 +27,12 @@ import (
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi"
 	"github.com/berthfleet/berth/leaseapi/client"
-	"github.com/berthfleet/berth/leaseapi/lease"
-	"github.com/berthfleet/berth/leaseapi/server"
-	"github.com/berthfleet/berth/leaseapi/store/sqlite"
+	"github.com/berthfleet/berth/leaseapi/leaseapitest"
 	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/builders"
 	"github.com/berthfleet/berth/test/history"
 	"github.com/berthfleet/berth/test/kubeenv"
-	"github.com/berthfleet/berth/test/localfleet"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 const (
@@ -46,7 +42,7 @@ const (
 	heartbeat = 3 // seconds
 )
 
-var scheme = localfleet.Scheme
+var scheme = builders.Scheme
 
 // faultyLeases passes calls to the real lease API client unless cut off,
 // when every call hangs until its context ends, as against a partitioned
@@ -94,24 +90,6 @@ type member struct {
 	name   string
 	client ctrlclient.Client
 	leases *faultyLeases
-}
-
-func startLeaseAPI(t *testing.T) *client.Client {
-	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "leases.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	srv := server.New(server.Config{Service: lease.NewService(st, lease.Options{}), Store: st,
-		Auth: server.NewAuthenticator(nil, false, nil), Log: logr.Discard()})
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	c, err := client.New(client.Config{URL: ts.URL, Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // startMember installs the CRD in the cluster and runs an agent for it.
@@ -174,28 +152,11 @@ func (m *member) applyWorkload(t *testing.T) {
 	if err := m.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	bl := &berthv1alpha1.BerthLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: leaseName},
-		Spec:       berthv1alpha1.BerthLeaseSpec{TTLSeconds: ttl, HeartbeatIntervalSeconds: heartbeat},
-	}
+	bl := builders.BerthLease(namespace, leaseName).TTL(ttl).Heartbeat(heartbeat).Obj()
 	if err := m.client.Create(ctx, bl); err != nil {
 		t.Fatalf("%s: create BerthLease: %v", m.name, err)
 	}
-	podLabels := map[string]string{"app": leaseName, reconciler.ManagedLease: leaseName, reconciler.ManagedUID: string(bl.UID)}
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: leaseName},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": leaseName}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
-				Spec: corev1.PodSpec{
-					SchedulingGates: []corev1.PodSchedulingGate{{Name: reconciler.SchedulingGate}},
-					Containers:      []corev1.Container{{Name: "exporter", Image: "registry.k8s.io/pause:3.10"}},
-				},
-			},
-		},
-	}
+	deploy := builders.Deployment(namespace, leaseName).ManagedBy(leaseName).ManagedUID(bl.UID).Gated().Replicas(2).Obj()
 	if err := m.client.Create(ctx, deploy); err != nil {
 		t.Fatalf("%s: create Deployment: %v", m.name, err)
 	}
@@ -231,19 +192,6 @@ func (m *member) pods(ctx context.Context) (podState, error) {
 	return s, nil
 }
 
-// eventually polls cond until it holds or timeout passes, and returns how long it took.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // runner returns the one member running both replicas, or nil.
 func runner(t *testing.T, members []*member) *member {
 	var found *member
@@ -272,7 +220,7 @@ func status(t *testing.T, m *member) berthv1alpha1.BerthLeaseStatus {
 
 func TestTwoClustersOneLease(t *testing.T) {
 	env := kubeenv.StartForTest(t, kubeenv.Options{Clusters: 2})
-	leases := startLeaseAPI(t)
+	leases := leaseapitest.Start(t, leaseapitest.Options{}).Client(t, client.Config{Timeout: 2 * time.Second})
 	var members []*member
 	for _, c := range env.Clusters {
 		members = append(members, startMember(t, c, leases))
@@ -289,7 +237,7 @@ func TestTwoClustersOneLease(t *testing.T) {
 
 	// 1. Both race for the lease: exactly one runs, the other stays gated.
 	var holder *member
-	took := eventually(t, 60*time.Second, "one cluster runs the workload", func() bool {
+	took := poll.For(t, 60*time.Second, "one cluster runs the workload", func() bool {
 		holder = runner(t, members)
 		return holder != nil
 	})
@@ -298,17 +246,17 @@ func TestTwoClustersOneLease(t *testing.T) {
 	if other == holder {
 		other = members[1]
 	}
-	eventually(t, 20*time.Second, "the waiting cluster reports held-by-other", func() bool {
+	poll.For(t, 20*time.Second, "the waiting cluster reports held-by-other", func() bool {
 		c := apimeta.FindStatusCondition(status(t, other).Conditions, reconciler.ConditionAcquired)
 		return c != nil && c.Reason == reconciler.ReasonHeldByOther
 	})
-	eventually(t, 20*time.Second, "the waiting cluster's two Pods are gated", func() bool {
+	poll.For(t, 20*time.Second, "the waiting cluster's two Pods are gated", func() bool {
 		s, err := other.pods(t.Context())
 		return err == nil && s.gated == 2 && s.ungated == 0
 	})
 	// The status counts Running Pods when it is written; it catches up with
 	// the kubelet's report on the next reconcile, so it is awaited, not read once.
-	eventually(t, 20*time.Second, "the holder's status reports held, Active, 2 running", func() bool {
+	poll.For(t, 20*time.Second, "the holder's status reports held, Active, 2 running", func() bool {
 		st := status(t, holder)
 		return st.LeaseState == reconciler.StateHeld && st.Phase == reconciler.PhaseActive && st.RunningPods == 2
 	})
@@ -323,25 +271,25 @@ func TestTwoClustersOneLease(t *testing.T) {
 	holder.leases.cut.Store(true)
 	// Whether it stopped in time is judged by the history (no other cluster
 	// runs before the lease expires); this wait only needs to end.
-	stopped := eventually(t, (ttl+5)*time.Second, "the cut-off holder stops its Pods", func() bool {
+	stopped := poll.For(t, (ttl+5)*time.Second, "the cut-off holder stops its Pods", func() bool {
 		s, err := holder.pods(t.Context())
 		return err == nil && s.ungated == 0
 	})
 	t.Logf("%s stopped its Pods %s after it was cut off (TTL %ds)", holder.name, stopped.Round(time.Millisecond), ttl)
-	eventually(t, 10*time.Second, "the cut-off holder reports HeartbeatHealthy False", func() bool {
+	poll.For(t, 10*time.Second, "the cut-off holder reports HeartbeatHealthy False", func() bool {
 		c := apimeta.FindStatusCondition(status(t, holder).Conditions, reconciler.ConditionHeartbeatHealthy)
 		return c != nil && c.Status == metav1.ConditionFalse
 	})
-	eventually(t, 30*time.Second, "the other cluster takes over", func() bool { return runner(t, members) == other })
+	poll.For(t, 30*time.Second, "the other cluster takes over", func() bool { return runner(t, members) == other })
 	t.Logf("%s took over %s after the holder was cut off", other.name, time.Since(cutAt).Round(time.Millisecond))
 
 	// The old holder comes back: it finds the lease lost and stays gated.
 	holder.leases.cut.Store(false)
-	eventually(t, 20*time.Second, "the old holder sees the lease held by the other", func() bool {
+	poll.For(t, 20*time.Second, "the old holder sees the lease held by the other", func() bool {
 		st := status(t, holder)
 		return st.LeaseState == reconciler.StateWaiting && st.CurrentHolder == other.name
 	})
-	eventually(t, 20*time.Second, "the old holder's Pods come back gated", func() bool {
+	poll.For(t, 20*time.Second, "the old holder's Pods come back gated", func() bool {
 		s, err := holder.pods(t.Context())
 		return err == nil && s.gated == 2 && s.ungated == 0
 	})
@@ -353,19 +301,19 @@ func TestTwoClustersOneLease(t *testing.T) {
 	if err := other.client.Delete(t.Context(), bl); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the deleted BerthLease is gone", func() bool {
+	poll.For(t, 30*time.Second, "the deleted BerthLease is gone", func() bool {
 		err := other.client.Get(t.Context(), ctrlclient.ObjectKeyFromObject(bl), &berthv1alpha1.BerthLease{})
 		return apierrors.IsNotFound(err)
 	})
 	if s, _ := other.pods(t.Context()); s.ungated != 0 {
 		t.Errorf("%s: %d ungated Pods after its BerthLease was deleted", other.name, s.ungated)
 	}
-	eventually(t, 30*time.Second, "the first cluster takes over after the release", func() bool { return runner(t, members) == holder })
+	poll.For(t, 30*time.Second, "the first cluster takes over after the release", func() bool { return runner(t, members) == holder })
 	t.Logf("%s took over %s after the BerthLease was deleted in %s", holder.name, time.Since(deletedAt).Round(time.Millisecond), other.name)
 
 	// Tokens on ungated Pods strictly increase across the takeovers, and no
 	// two clusters ever had ungated Pods at once.
-	eventually(t, 10*time.Second, "the recorder sees the third term", func() bool { return len(rec.Snapshot().Terms()) >= 3 })
+	poll.For(t, 10*time.Second, "the recorder sees the third term", func() bool { return len(rec.Snapshot().Terms()) >= 3 })
 	h := rec.Stop()
 	for _, term := range h.Terms() {
 		t.Logf("term: %s token %d", term.Cluster, term.Token)

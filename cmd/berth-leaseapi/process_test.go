@@ -1,10 +1,7 @@
 package main_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,66 +12,38 @@ import (
 
 	"github.com/berthfleet/berth/leaseapi/client"
 	"github.com/berthfleet/berth/test/binaries"
+	"github.com/berthfleet/berth/test/poll"
+	"github.com/berthfleet/berth/test/process"
 )
 
 func TestMain(m *testing.M) {
 	binaries.Main(m, "berth-leaseapi")
 }
 
-// process is a running berth-leaseapi.
-type process struct {
-	cmd  *exec.Cmd
+// server is a running berth-leaseapi.
+type server struct {
+	*process.Process
 	addr string
 }
 
-// start runs berth-leaseapi with args and waits until it serves.
-func start(t *testing.T, args ...string) *process {
+// start runs berth-leaseapi with args and waits until it serves. The lines
+// it logs at ERROR are logged to t when the test ends.
+func start(t *testing.T, args ...string) *server {
 	t.Helper()
-	cmd := exec.Command(binaries.Path("berth-leaseapi"), append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", ""}, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, err := cmd.StderrPipe()
+	p := process.StartForTest(t, "berth-leaseapi", binaries.Path("berth-leaseapi"), append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", ""}, args...)...)
+	t.Cleanup(func() {
+		for _, line := range p.LogLines(`"level":"ERROR"`) {
+			t.Logf("berth-leaseapi: %s", line)
+		}
+	})
+	serving, err := p.AwaitLogged(t.Context(), 30*time.Second, "serving lease API")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &process{cmd: cmd}
-	t.Cleanup(func() { p.kill() })
-
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var line struct {
-				Msg     string `json:"msg"`
-				Address string `json:"address"`
-			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving lease API" {
-				addr <- line.Address
-			}
-			if strings.Contains(sc.Text(), `"level":"ERROR"`) {
-				t.Logf("berth-leaseapi: %s", sc.Text())
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
-	select {
-	case p.addr = <-addr:
-	case <-time.After(30 * time.Second):
-		t.Fatal("berth-leaseapi did not start serving within 30s")
-	}
-	return p
+	return &server{Process: p, addr: serving.String("address")}
 }
 
-func (p *process) kill() {
-	if p.cmd.ProcessState == nil {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-	}
-}
-
-func (p *process) client(t *testing.T) *client.Client {
+func (p *server) client(t *testing.T) *client.Client {
 	c, err := client.New(client.Config{URL: "http://" + p.addr, RetryMax: -1, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -179,14 +148,9 @@ func TestKillNineLosesNoAcknowledgedWrite(t *testing.T) {
 		}
 		return len(own) == ownHolders && grants >= contended
 	}
-	for deadline := time.Now().Add(30 * time.Second); !loaded() && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
+	_, _ = poll.Until(t.Context(), 30*time.Second, "load under way", poll.Condition(loaded))
 	time.Sleep(500 * time.Millisecond)
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = p.cmd.Wait()
+	p.Kill()
 	close(stop)
 	wg.Wait()
 
@@ -272,10 +236,10 @@ func TestGracefulShutdown(t *testing.T) {
 	if _, err := p.client(t).Acquire(t.Context(), "ns", "a", "east", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Wait(); err != nil {
+	if err := p.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 	p = start(t, "--sqlite-path", db)

@@ -3,7 +3,6 @@ package main_test
 import (
 	"fmt"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/berthfleet/berth/leaseapi/client"
 	"github.com/berthfleet/berth/test/kubeenv"
 	"github.com/berthfleet/berth/test/pgtest"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 // TestReplicasShareOnePostgres runs three berth-leaseapi replicas on one
@@ -33,7 +33,7 @@ func TestReplicasShareOneKubernetesStore(t *testing.T) {
 // loses no acknowledged write.
 func testReplicas(t *testing.T, storeArgs ...string) {
 	var (
-		replicas []*process
+		replicas []*server
 		clients  []*client.Client
 	)
 	for range 3 {
@@ -161,18 +161,13 @@ func testReplicas(t *testing.T, storeArgs ...string) {
 		})
 	}
 	// Kill replica 0 once every holder has a grant, a moment into the load.
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	_, _ = poll.Until(ctx, 30*time.Second, "every holder granted", poll.Condition(func() bool {
 		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n == 30 {
-			break
-		}
-	}
+		defer mu.Unlock()
+		return len(acked) == 30
+	}))
 	time.Sleep(500 * time.Millisecond)
-	if err := replicas[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	replicas[0].Kill()
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	wg.Wait()

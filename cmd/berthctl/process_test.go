@@ -1,20 +1,14 @@
 package main_test
 
 import (
-	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +17,10 @@ import (
 
 	"github.com/berthfleet/berth/leaseapi"
 	"github.com/berthfleet/berth/leaseapi/client"
+	"github.com/berthfleet/berth/leaseapi/leaseapitest"
 	"github.com/berthfleet/berth/test/binaries"
+	"github.com/berthfleet/berth/test/poll"
+	"github.com/berthfleet/berth/test/process"
 )
 
 func TestMain(m *testing.M) {
@@ -35,11 +32,9 @@ var subjects = []string{"east", "west", "ops"}
 
 // server is a running berth-leaseapi with authentication on.
 type server struct {
+	*process.Process
 	url        string
 	tokenFiles map[string]string // subject -> file holding its token
-
-	mu  sync.Mutex
-	log []string // JSON log lines
 }
 
 // startServer runs berth-leaseapi on 127.0.0.1:0 with a token file for
@@ -47,62 +42,21 @@ type server struct {
 func startServer(t *testing.T) *server {
 	t.Helper()
 	dir := t.TempDir()
-	s := &server{tokenFiles: map[string]string{}}
-	var lines strings.Builder
+	tokens := map[string]string{}
 	for _, subject := range subjects {
-		token := subject + "-secret-token"
-		sum := sha256.Sum256([]byte(token))
-		fmt.Fprintf(&lines, "%s:%s\n", subject, hex.EncodeToString(sum[:]))
-		s.tokenFiles[subject] = filepath.Join(dir, subject+".token")
-		if err := os.WriteFile(s.tokenFiles[subject], []byte(token+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		tokens[subject] = subject + "-secret-token"
 	}
-	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte(lines.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(binaries.Path("berth-leaseapi"), "--listen", "127.0.0.1:0", "--metrics-listen", "",
-		"--sqlite-path", filepath.Join(dir, "leases.db"), "--token-file", tokens, "--admin-subjects", "ops")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, err := cmd.StderrPipe()
+	tokenFile, tokenFiles, err := leaseapitest.WriteTokens(dir, tokens)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	p := process.StartForTest(t, "berth-leaseapi", binaries.Path("berth-leaseapi"), "--listen", "127.0.0.1:0", "--metrics-listen", "",
+		"--sqlite-path", filepath.Join(dir, "leases.db"), "--token-file", tokenFile, "--admin-subjects", "ops")
+	serving, err := p.AwaitLogged(t.Context(), 30*time.Second, "serving lease API")
+	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		_ = cmd.Wait()
-	})
-	addr := make(chan string, 1)
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var line struct {
-				Msg     string `json:"msg"`
-				Address string `json:"address"`
-			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving lease API" {
-				addr <- line.Address
-			}
-			s.mu.Lock()
-			s.log = append(s.log, sc.Text())
-			s.mu.Unlock()
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
-	select {
-	case a := <-addr:
-		s.url = "http://" + a
-	case <-time.After(30 * time.Second):
-		t.Fatal("berth-leaseapi did not start serving within 30s")
-	}
-	return s
+	return &server{Process: p, url: "http://" + serving.String("address"), tokenFiles: tokenFiles}
 }
 
 // client is a Go client acting as subject.
@@ -117,15 +71,9 @@ func (s *server) client(t *testing.T, subject string) *client.Client {
 
 // requests counts the requests the server logged on route (a mux pattern).
 func (s *server) requests(route string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	n := 0
-	for _, l := range s.log {
-		var line struct {
-			Msg   string `json:"msg"`
-			Route string `json:"route"`
-		}
-		if json.Unmarshal([]byte(l), &line) == nil && line.Msg == "request" && line.Route == route {
+	for _, line := range s.Logged("request") {
+		if line.String("route") == route {
 			n++
 		}
 	}
@@ -345,10 +293,9 @@ func TestLeasesListFollowsPages(t *testing.T) {
 			t.Errorf("continue %q after a complete list, want empty", got.Continue)
 		}
 		// The server logs a request after answering it: give the last line a moment.
-		deadline := time.Now().Add(2 * time.Second)
-		for s.requests("/v1alpha1/leases")-before < 3 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		_, _ = poll.Until(t.Context(), 2*time.Second, "the last request logged", poll.Condition(func() bool {
+			return s.requests("/v1alpha1/leases")-before >= 3
+		}))
 		if n := s.requests("/v1alpha1/leases") - before; n != 3 {
 			t.Errorf("berthctl made %d list requests for %d leases in pages of 3, want 3", n, total)
 		}

@@ -1,9 +1,6 @@
 package client_test
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -13,47 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-
 	"github.com/berthfleet/berth/leaseapi"
 	"github.com/berthfleet/berth/leaseapi/client"
-	"github.com/berthfleet/berth/leaseapi/lease"
-	"github.com/berthfleet/berth/leaseapi/server"
-	"github.com/berthfleet/berth/leaseapi/store/sqlite"
+	"github.com/berthfleet/berth/leaseapi/leaseapitest"
 )
-
-// newAPI serves a real lease API on a real SQLite store. tokens maps
-// subject to token; admins may cordon.
-func newAPI(t *testing.T, tokens map[string]string, admins ...string) http.Handler {
-	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "leases.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	var tf *server.TokenFile
-	if len(tokens) > 0 {
-		path := filepath.Join(t.TempDir(), "tokens")
-		var lines string
-		for subject, token := range tokens {
-			sum := sha256.Sum256([]byte(token))
-			lines += subject + ":" + hex.EncodeToString(sum[:]) + "\n"
-		}
-		if err := os.WriteFile(path, []byte(lines), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if tf, err = server.LoadTokenFile(path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	srv := server.New(server.Config{
-		Service: lease.NewService(st, lease.Options{}),
-		Store:   st,
-		Auth:    server.NewAuthenticator(tf, false, admins),
-		Log:     logr.Discard(),
-	})
-	return srv.Handler()
-}
 
 func newClient(t *testing.T, cfg client.Config) *client.Client {
 	t.Helper()
@@ -68,8 +28,7 @@ func newClient(t *testing.T, cfg client.Config) *client.Client {
 }
 
 func TestLeaseLifecycle(t *testing.T) {
-	ts := httptest.NewServer(newAPI(t, nil))
-	defer ts.Close()
+	ts := leaseapitest.Start(t, leaseapitest.Options{})
 	c := newClient(t, client.Config{URL: ts.URL + "/"})
 	ctx := t.Context()
 
@@ -140,8 +99,7 @@ func TestLeaseLifecycle(t *testing.T) {
 }
 
 func TestClusterCalls(t *testing.T) {
-	ts := httptest.NewServer(newAPI(t, map[string]string{"east": "east-token", "ops": "ops-token", "west": "west-token"}, "ops"))
-	defer ts.Close()
+	ts := leaseapitest.Start(t, leaseapitest.Options{Tokens: map[string]string{"east": "east-token", "ops": "ops-token", "west": "west-token"}, Admins: []string{"ops"}})
 	ctx := t.Context()
 	east := newClient(t, client.Config{URL: ts.URL, Token: "east-token"})
 	west := newClient(t, client.Config{URL: ts.URL, Token: "west-token"})
@@ -180,8 +138,7 @@ func TestClusterCalls(t *testing.T) {
 }
 
 func TestTokenFileIsReReadWhenItChanges(t *testing.T) {
-	ts := httptest.NewServer(newAPI(t, map[string]string{"east": "first", "west": "second"}))
-	defer ts.Close()
+	ts := leaseapitest.Start(t, leaseapitest.Options{Tokens: map[string]string{"east": "first", "west": "second"}})
 	path := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(path, []byte("first\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -239,7 +196,7 @@ func TestRetries(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			f := &flaky{next: newAPI(t, nil), code: tc.code, n: tc.failFirst}
+			f := &flaky{next: leaseapitest.Handler(t, leaseapitest.Options{}), code: tc.code, n: tc.failFirst}
 			ts := httptest.NewServer(f)
 			defer ts.Close()
 			c := newClient(t, client.Config{URL: ts.URL, RetryMax: 2})
@@ -282,14 +239,8 @@ func TestCallIsBoundedByContextAndTimeout(t *testing.T) {
 }
 
 func TestCAFile(t *testing.T) {
-	ts := httptest.NewTLSServer(newAPI(t, nil))
-	defer ts.Close()
-	caPath := filepath.Join(t.TempDir(), "ca.pem")
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
-	if err := os.WriteFile(caPath, ca, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	trusted := newClient(t, client.Config{URL: ts.URL, CAFile: caPath})
+	ts := leaseapitest.Start(t, leaseapitest.Options{TLS: true})
+	trusted := newClient(t, client.Config{URL: ts.URL, CAFile: ts.CAFile()})
 	if res, err := trusted.Acquire(t.Context(), "ns", "a", "east", time.Minute); err != nil || !res.Acquired {
 		t.Fatalf("acquire over TLS with the CA: %+v, %v", res, err)
 	}
@@ -316,8 +267,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 }
 
 func TestWatchLeaseAnswersOnRelease(t *testing.T) {
-	ts := httptest.NewServer(newAPI(t, nil))
-	defer ts.Close()
+	ts := leaseapitest.Start(t, leaseapitest.Options{})
 	c := newClient(t, client.Config{URL: ts.URL})
 	ctx := t.Context()
 	held, err := c.Acquire(ctx, "ns", "a", "east", time.Minute)
@@ -367,8 +317,7 @@ func TestWatchLeaseAnswersOnRelease(t *testing.T) {
 }
 
 func TestWatchLeaseAnswersOnExpiry(t *testing.T) {
-	ts := httptest.NewServer(newAPI(t, nil))
-	defer ts.Close()
+	ts := leaseapitest.Start(t, leaseapitest.Options{})
 	c := newClient(t, client.Config{URL: ts.URL})
 	held, err := c.Acquire(t.Context(), "ns", "a", "east", time.Second)
 	if err != nil {

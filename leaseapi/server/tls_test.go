@@ -1,81 +1,36 @@
 package server
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
+
+	"github.com/berthfleet/berth/test/pki"
 )
 
-// testCA is a certificate authority made up for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
+// newTestCA is a certificate authority made up for one test.
+func newTestCA(t *testing.T, name string) *pki.Authority {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewAuthority(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key}
+	return ca
 }
 
-func (ca *testCA) pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(ca.cert)
-	return p
-}
-
-// clientCert issues a client certificate with common name cn.
-func (ca *testCA) clientCert(t *testing.T, cn string) tls.Certificate {
+// clientCert issues, from ca, a client certificate with common name cn.
+func clientCert(t *testing.T, ca *pki.Authority, cn string) tls.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	pair, err := ca.ClientCert(cn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	cert, err := pair.TLS()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return cert
 }
 
 // clientWith is the fixture's TLS client presenting certs.
@@ -90,11 +45,11 @@ func TestClientCertificates(t *testing.T) {
 	f := newFixture(t, fixtureOptions{
 		auth: NewAuthenticator(nil, true, []string{"admin"}),
 		tls: func(s *httptest.Server) {
-			s.TLS = &tls.Config{ClientCAs: ca.pool(), ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}
+			s.TLS = &tls.Config{ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}
 		},
 	})
-	clusterA := f.clientWith(ca.clientCert(t, "cluster-a"))
-	admin := f.clientWith(ca.clientCert(t, "admin"))
+	clusterA := f.clientWith(clientCert(t, ca, "cluster-a"))
+	admin := f.clientWith(clientCert(t, ca, "admin"))
 	anonymous := f.clientWith()
 	if res := doWith(t, clusterA, f.http.URL, request{method: http.MethodPut, path: "/v1alpha1/clusters/cluster-a", body: `{"fingerprint":"fp-a"}`}); res.code != http.StatusOK {
 		t.Fatalf("register by certificate: %d %s", res.code, res.body)
@@ -139,7 +94,7 @@ func TestClientCertificates(t *testing.T) {
 	// A certificate from another authority is not sent by a Go client (it is
 	// not among the server's acceptable CAs), so the caller is anonymous; a
 	// client that insists on sending it fails the handshake.
-	strangerCert := newTestCA(t, "someone else's CA").clientCert(t, "cluster-a")
+	strangerCert := clientCert(t, newTestCA(t, "someone else's CA"), "cluster-a")
 	res := doWith(t, f.clientWith(strangerCert), f.http.URL, acquire("cluster-a"))
 	if res.code != http.StatusUnauthorized {
 		t.Fatalf("certificate of an unknown CA: %d %s, want 401", res.code, res.body)

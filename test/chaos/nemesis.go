@@ -15,12 +15,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/builders"
 	"github.com/berthfleet/berth/test/localfleet"
+	"github.com/berthfleet/berth/test/process"
 )
 
 // Fault is one operation as the nemesis carried it out.
@@ -89,9 +90,9 @@ type Nemesis struct {
 
 // memberState is what the nemesis has done to one cluster and not undone.
 type memberState struct {
-	frozen   *localfleet.Process // the agent process it froze
-	dead     bool                // the agent is killed
-	down     time.Time           // since when the agent cannot act
+	frozen   *process.Process // the agent process it froze
+	dead     bool             // the agent is killed
+	down     time.Time        // since when the agent cannot act
 	cut      bool
 	cordoned bool
 	absent   bool // the BerthLease is deleted
@@ -332,7 +333,7 @@ func (n *Nemesis) restartAgent(m *localfleet.Member, ms *memberState) error {
 
 // thaw continues the process it froze, unless that process was killed
 // meanwhile (the kill's end starts a new one).
-func (n *Nemesis) thaw(m *localfleet.Member, ms *memberState, p *localfleet.Process) error {
+func (n *Nemesis) thaw(m *localfleet.Member, ms *memberState, p *process.Process) error {
 	if ms.frozen != p {
 		return nil
 	}
@@ -398,10 +399,7 @@ func (n *Nemesis) ensureBerthLease(ctx context.Context, m *localfleet.Member, wa
 			cancel()
 			return nil
 		case apierrors.IsNotFound(err):
-			bl = &berthv1alpha1.BerthLease{
-				ObjectMeta: metav1.ObjectMeta{Namespace: n.Workload.Namespace, Name: n.Workload.Name},
-				Spec:       berthv1alpha1.BerthLeaseSpec{TTLSeconds: n.Workload.TTLSeconds, HeartbeatIntervalSeconds: n.Workload.HeartbeatSeconds},
-			}
+			bl = builders.BerthLease(n.Workload.Namespace, n.Workload.Name).TTL(n.Workload.TTLSeconds).Heartbeat(n.Workload.HeartbeatSeconds).Obj()
 			err = m.Client.Create(cctx, bl)
 			cancel()
 			if err == nil || apierrors.IsAlreadyExists(err) {
@@ -426,24 +424,11 @@ func (n *Nemesis) reuse(ctx context.Context, m *localfleet.Member, replicas int3
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	w, name := n.Workload, reuseName(n.Workload)
-	bl := &berthv1alpha1.BerthLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: name},
-		Spec:       berthv1alpha1.BerthLeaseSpec{LeaseName: w.Name, TTLSeconds: w.TTLSeconds, HeartbeatIntervalSeconds: w.HeartbeatSeconds},
-	}
+	bl := builders.BerthLease(w.Namespace, name).LeaseName(w.Name).TTL(w.TTLSeconds).Heartbeat(w.HeartbeatSeconds).Obj()
 	if err := m.Client.Create(ctx, bl); err != nil {
 		return fmt.Errorf("create a second BerthLease of lease %s: %w", w.Name, err)
 	}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name, reconciler.ManagedLease: name}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "registry.k8s.io/pause:3.10"}}},
-			},
-		},
-	}
+	d := builders.Deployment(w.Namespace, name).ManagedBy(name).Replicas(replicas).Obj()
 	if err := m.Client.Create(ctx, d); err != nil {
 		return fmt.Errorf("create the second Deployment: %w", err)
 	}

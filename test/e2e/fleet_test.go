@@ -17,6 +17,7 @@ import (
 	"github.com/berthfleet/berth/test/binaries"
 	"github.com/berthfleet/berth/test/history"
 	"github.com/berthfleet/berth/test/localfleet"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 func TestMain(m *testing.M) {
@@ -88,7 +89,7 @@ func startFleetWith(t *testing.T, opts localfleet.Options) *run {
 func (r *run) runner(t *testing.T, timeout time.Duration, what string, not ...string) (string, time.Duration) {
 	t.Helper()
 	var name string
-	took := waitFor(t, timeout, what, func() bool {
+	took := poll.For(t, timeout, what, func() bool {
 		name = r.rec.Snapshot().Runner(int(workload.Replicas))
 		return name != "" && !contains(not, name)
 	})
@@ -102,20 +103,6 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// waitFor polls cond until it holds, failing the test after timeout; it
-// returns how long it took.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 // stable fails the test if the runner changes during d.

@@ -11,6 +11,7 @@ import (
 	"github.com/berthfleet/berth/fleet"
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/localfleet"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 // TestFleetMode runs ONE berth-agent in fleet mode for all three clusters:
@@ -27,13 +28,13 @@ func TestFleetMode(t *testing.T) {
 	holder, took := r.runner(t, 60*time.Second, "one cluster runs both replicas")
 	t.Logf("fleet mode: %s runs the workload %s after the agent started", holder, took.Round(time.Millisecond))
 	for _, m := range r.Members {
-		waitFor(t, 20*time.Second, "the fleet agent's log says "+m.Name+" joined", func() bool {
+		poll.For(t, 20*time.Second, "the fleet agent's log says "+m.Name+" joined", func() bool {
 			return agentLogged(agent, "cluster joined this agent", m.Name)
 		})
 		if m.Name == holder {
 			continue
 		}
-		waitFor(t, 20*time.Second, m.Name+" reports the lease held by "+holder, func() bool {
+		poll.For(t, 20*time.Second, m.Name+" reports the lease held by "+holder, func() bool {
 			st := m.BerthLease(t.Context()).Status
 			return st.LeaseState == reconciler.StateWaiting && st.CurrentHolder == holder
 		})
@@ -59,7 +60,7 @@ func TestFleetMode(t *testing.T) {
 	took = time.Since(removed)
 	t.Logf("%s left the agent: %s runs %s after the kubeconfig was removed (TTL %s)", holder, next, took.Round(time.Millisecond), ttl)
 	r.record(t, "fleet mode: holder's kubeconfig removed", took)
-	waitFor(t, 30*time.Second, "the agent says "+holder+" handed its leases over and left", func() bool {
+	poll.For(t, 30*time.Second, "the agent says "+holder+" handed its leases over and left", func() bool {
 		return agentLogged(agent, "cluster handed its leases over", holder) && agentLogged(agent, "cluster left this agent", holder)
 	})
 	m := r.Member(holder)
@@ -76,7 +77,7 @@ func TestFleetMode(t *testing.T) {
 	if err := agent.Join(holder); err != nil {
 		t.Fatal(err)
 	}
-	rejoined := waitFor(t, 30*time.Second, holder+" joins again and reports the lease held by "+next, func() bool {
+	rejoined := poll.For(t, 30*time.Second, holder+" joins again and reports the lease held by "+next, func() bool {
 		st := m.BerthLease(t.Context()).Status
 		return st.LeaseState == reconciler.StateWaiting && st.CurrentHolder == next
 	})

@@ -8,6 +8,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 // TestAdminReleaseHandsOver: an administrator releases the holder's live
@@ -81,7 +82,7 @@ func TestRevokeWhileStopping(t *testing.T) {
 	if _, err := r.LeaseAPI.Admin.Cordon(t.Context(), holder); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, holder+" is stopping", func() bool {
+	poll.For(t, 20*time.Second, holder+" is stopping", func() bool {
 		return m.BerthLease(t.Context()).Status.Phase == reconciler.PhaseStopping
 	})
 	l, err := r.LeaseAPI.Admin.GetLease(t.Context(), ns, name)

@@ -13,6 +13,7 @@ import (
 	"github.com/berthfleet/berth/fleet"
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/localfleet"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 var ttl = time.Duration(workload.TTLSeconds) * time.Second
@@ -28,7 +29,7 @@ func TestAgentsHoldOneLeaseAcrossClusters(t *testing.T) {
 		if m.Name == holder {
 			continue
 		}
-		waitFor(t, 20*time.Second, m.Name+" reports the lease held by "+holder, func() bool {
+		poll.For(t, 20*time.Second, m.Name+" reports the lease held by "+holder, func() bool {
 			st := m.BerthLease(t.Context()).Status
 			return st.LeaseState == reconciler.StateWaiting && st.CurrentHolder == holder
 		})
@@ -57,7 +58,7 @@ func TestAgentsHoldOneLeaseAcrossClusters(t *testing.T) {
 	if err := other.StartAgent(holder); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the impostor's BerthLease reports the refused registration", func() bool {
+	poll.For(t, 30*time.Second, "the impostor's BerthLease reports the refused registration", func() bool {
 		c := apimeta.FindStatusCondition(other.BerthLease(t.Context()).Status.Conditions, reconciler.ConditionAcquired)
 		return c != nil && c.Reason == fleet.ReasonRegistrationRefused
 	})
@@ -79,7 +80,7 @@ func TestAgentsHoldOneLeaseAcrossClusters(t *testing.T) {
 	r.record(t, "cordon the holder", handover)
 	// The cordoned holder writes its status after it released; the next
 	// holder may run before that write lands.
-	waitFor(t, 20*time.Second, "the cordoned holder's Acquired condition says "+fleet.ReasonCordoned, func() bool {
+	poll.For(t, 20*time.Second, "the cordoned holder's Acquired condition says "+fleet.ReasonCordoned, func() bool {
 		c := apimeta.FindStatusCondition(r.Member(holder).BerthLease(t.Context()).Status.Conditions, reconciler.ConditionAcquired)
 		return c != nil && c.Reason == fleet.ReasonCordoned
 	})
@@ -132,7 +133,7 @@ func TestFailover(t *testing.T) {
 	// The bound that matters (stopped before the lease expires at the lease
 	// API) is judged by the history: no other cluster may run before. This
 	// wait only needs to end.
-	stopped := waitFor(t, ttl+5*time.Second, "the cut-off holder stops its Pods", func() bool {
+	stopped := poll.For(t, ttl+5*time.Second, "the cut-off holder stops its Pods", func() bool {
 		sweeps := r.rec.Snapshot()
 		last := sweeps[len(sweeps)-1]
 		return last.At.After(cut) && last.Ungated[holder] == 0
@@ -143,7 +144,7 @@ func TestFailover(t *testing.T) {
 	t.Logf("%s runs %s after %s was cut off", next, took.Round(time.Millisecond), holder)
 	r.record(t, "holder cut off from the lease API", took)
 	m.Proxy.Heal()
-	waitFor(t, 30*time.Second, holder+" finds the lease held by "+next, func() bool {
+	poll.For(t, 30*time.Second, holder+" finds the lease held by "+next, func() bool {
 		st := m.BerthLease(t.Context()).Status
 		return st.LeaseState == reconciler.StateWaiting && st.CurrentHolder == next
 	})
@@ -157,7 +158,7 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	next, took = r.runner(t, 60*time.Second, "another cluster runs after the BerthLease was deleted", holder)
-	waitFor(t, 30*time.Second, "the deleted BerthLease is gone", func() bool {
+	poll.For(t, 30*time.Second, "the deleted BerthLease is gone", func() bool {
 		return m.BerthLease(t.Context()).Name == ""
 	})
 	t.Logf("BerthLease deleted in %s at %s: %s runs %s later", holder, deleted.Format("15:04:05.000"), next, took.Round(time.Millisecond))
@@ -166,7 +167,7 @@ func TestFailover(t *testing.T) {
 	if err := m.ApplyWorkload(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, holder+" waits for the lease again", func() bool {
+	poll.For(t, 30*time.Second, holder+" waits for the lease again", func() bool {
 		return m.BerthLease(t.Context()).Status.LeaseState == reconciler.StateWaiting
 	})
 
@@ -184,13 +185,13 @@ func TestFailover(t *testing.T) {
 	if err := waiting.Client.Delete(t.Context(), &old); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the waiting cluster's BerthLease is gone", func() bool {
+	poll.For(t, 30*time.Second, "the waiting cluster's BerthLease is gone", func() bool {
 		return waiting.BerthLease(t.Context()).Name == ""
 	})
 	if err := waiting.ApplyWorkload(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	recycled := waitFor(t, 30*time.Second, waiting.Name+"'s Pods come back stamped with the new BerthLease's UID", func() bool {
+	recycled := poll.For(t, 30*time.Second, waiting.Name+"'s Pods come back stamped with the new BerthLease's UID", func() bool {
 		bl := waiting.BerthLease(t.Context())
 		pods := &corev1.PodList{}
 		if bl.UID == "" || bl.UID == old.UID || waiting.Client.List(t.Context(), pods, ctrlclient.InNamespace(workload.Namespace), ctrlclient.MatchingLabels{reconciler.ManagedLease: workload.Name}) != nil {
@@ -233,7 +234,7 @@ func TestFailover(t *testing.T) {
 func afterRenewal(t *testing.T, m *localfleet.Member) {
 	t.Helper()
 	last := m.BerthLease(t.Context()).Status.RenewTime
-	waitFor(t, ttl+10*time.Second, m.Name+" renews its lease", func() bool {
+	poll.For(t, ttl+10*time.Second, m.Name+" renews its lease", func() bool {
 		rt := m.BerthLease(t.Context()).Status.RenewTime
 		return rt != nil && (last == nil || !rt.Equal(last))
 	})

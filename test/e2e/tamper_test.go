@@ -13,14 +13,15 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berthfleet/berth/admission"
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/builders"
 	"github.com/berthfleet/berth/test/history"
 	"github.com/berthfleet/berth/test/localfleet"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 // renamed is the BerthLease a rename makes beside the workload's: a new
@@ -51,7 +52,7 @@ func TestTamperedObjects(t *testing.T) {
 
 	// The agent may write Leases for its election in its own namespace
 	// only, never kube-node-lease's (node heartbeats) or kube-system's.
-	agent, err := ctrlclient.New(m.Cluster.ConfigAs(admission.DefaultOperatorUser, "system:serviceaccounts", "system:serviceaccounts:berth-system"), ctrlclient.Options{Scheme: localfleet.Scheme})
+	agent, err := ctrlclient.New(m.Cluster.ConfigAs(admission.DefaultOperatorUser, "system:serviceaccounts", "system:serviceaccounts:berth-system"), ctrlclient.Options{Scheme: builders.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestTamperedObjects(t *testing.T) {
 	// releasing it, and the newer carries the term on in the same cluster.
 	token := m.BerthLease(ctx).Status.FencingToken
 	applyRenamed(t, m)
-	waitFor(t, 20*time.Second, "the renamed BerthLease waits behind the older one", func() bool {
+	poll.For(t, 20*time.Second, "the renamed BerthLease waits behind the older one", func() bool {
 		c := apimeta.FindStatusCondition(berthLease(t, m, renamed).Status.Conditions, reconciler.ConditionAcquired)
 		return c != nil && c.Reason == reconciler.ReasonLeaseNameInUse
 	})
@@ -97,7 +98,7 @@ func TestTamperedObjects(t *testing.T) {
 	if err := m.Client.Delete(ctx, &old); err != nil {
 		t.Fatal(err)
 	}
-	took := waitFor(t, 30*time.Second, holder+" runs the renamed BerthLease's Pods", func() bool {
+	took := poll.For(t, 30*time.Second, holder+" runs the renamed BerthLease's Pods", func() bool {
 		return both.Snapshot().Runner(int(workload.Replicas)) == holder && ungated(t, m, renamed) == int(workload.Replicas)
 	})
 	st := berthLease(t, m, renamed).Status
@@ -116,7 +117,7 @@ func TestTamperedObjects(t *testing.T) {
 	if err := m.Client.Delete(ctx, &v2); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the renamed BerthLease is gone", func() bool { return berthLease(t, m, renamed).Name == "" })
+	poll.For(t, 30*time.Second, "the renamed BerthLease is gone", func() bool { return berthLease(t, m, renamed).Name == "" })
 	if err := m.ApplyWorkload(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestTamperedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	bl = m.BerthLease(ctx)
-	waitFor(t, 10*time.Second, "the finalizer is removed once the policy's binding is gone", func() bool {
+	poll.For(t, 10*time.Second, "the finalizer is removed once the policy's binding is gone", func() bool {
 		bl = m.BerthLease(ctx)
 		return m.Client.Patch(ctx, &bl, ctrlclient.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))) == nil
 	})
@@ -147,7 +148,7 @@ func TestTamperedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleted := time.Now()
-	waitFor(t, 10*time.Second, "the BerthLease is gone", func() bool { return m.BerthLease(ctx).Name == "" })
+	poll.For(t, 10*time.Second, "the BerthLease is gone", func() bool { return m.BerthLease(ctx).Name == "" })
 	if err := m.ApplyWorkload(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func TestTamperedObjects(t *testing.T) {
 		t.Fatalf("lease two TTLs after the forced delete, Pods Terminating: %+v, %v; want still held by %s", l, err, holder)
 	}
 	thaw()
-	stopped := waitFor(t, ttl+5*time.Second, holder+" has stopped the Pods of its BerthLease that is gone", func() bool {
+	stopped := poll.For(t, ttl+5*time.Second, holder+" has stopped the Pods of its BerthLease that is gone", func() bool {
 		return ungated(t, m, workload.Name) == 0 || r.rec.Snapshot().Runner(int(workload.Replicas)) == holder
 	})
 	t.Logf("finalizer forced off in %s, BerthLease made anew at once, kubelets frozen for %s: the term was kept; its Pods were gone %s after the thaw (%s after the delete)",
@@ -178,23 +179,8 @@ func TestTamperedObjects(t *testing.T) {
 // name and a Deployment of its managed Pods.
 func applyRenamed(t *testing.T, m *localfleet.Member) {
 	t.Helper()
-	bl := &berthv1alpha1.BerthLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: workload.Namespace, Name: renamed},
-		Spec: berthv1alpha1.BerthLeaseSpec{LeaseName: workload.Name, TTLSeconds: workload.TTLSeconds,
-			HeartbeatIntervalSeconds: workload.HeartbeatSeconds},
-	}
-	labels := map[string]string{"app": renamed, reconciler.ManagedLease: renamed}
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: workload.Namespace, Name: renamed},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(workload.Replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": renamed}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "exporter", Image: "registry.k8s.io/pause:3.10"}}},
-			},
-		},
-	}
+	bl := builders.BerthLease(workload.Namespace, renamed).LeaseName(workload.Name).TTL(workload.TTLSeconds).Heartbeat(workload.HeartbeatSeconds).Obj()
+	deploy := builders.Deployment(workload.Namespace, renamed).ManagedBy(renamed).Replicas(workload.Replicas).Obj()
 	for _, obj := range []ctrlclient.Object{bl, deploy} {
 		if err := m.Client.Create(t.Context(), obj); err != nil {
 			t.Fatalf("%s: create %s: %v", m.Name, obj.GetName(), err)

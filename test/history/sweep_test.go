@@ -5,12 +5,12 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/builders"
 )
 
 // stopsAfterFirstRead is a cluster that deletes its Pods right after it is
@@ -32,11 +32,7 @@ func (c *stopsAfterFirstRead) List(ctx context.Context, list ctrlclient.ObjectLi
 }
 
 func ungatedPod(uid string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "payments", Name: "exporter-" + uid, UID: types.UID(uid),
-			Labels: map[string]string{reconciler.ManagedLease: "exporter"}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning},
-	}
+	return builders.Pod("payments", "exporter-"+uid).UID(types.UID(uid)).ManagedBy("exporter").Phase(corev1.PodRunning).Obj()
 }
 
 func TestSweepConfirmsOverlapsAcrossReads(t *testing.T) {

@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/berthfleet/berth/test/pki"
 )
 
 // ErrNotManaged is returned by Stop and Start of a cluster that kubeenv did not start (one
@@ -150,21 +152,21 @@ func newManagedCluster(name string, opts Options, p ports) (*Cluster, error) {
 // writeCredentials writes a cluster's CA, the API server's serving and service account
 // keys, and a kubeconfig for each identity (the administrator's at adminKubeconfig).
 func writeCredentials(name string, l layout, p ports, adminKubeconfig string) error {
-	ca, err := newAuthority(name)
+	ca, err := pki.NewAuthority(name)
 	if err != nil {
 		return err
 	}
-	serving, err := ca.servingCert("kube-apiserver", "127.0.0.1", "localhost", serviceIP,
+	serving, err := ca.ServingCert("kube-apiserver", "127.0.0.1", "localhost", serviceIP,
 		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
 	if err != nil {
 		return err
 	}
-	saKey, saPub, err := serviceAccountKeys()
+	saKey, saPub, err := pki.SigningKeys()
 	if err != nil {
 		return err
 	}
 	files := map[string][]byte{
-		l.pki("ca.crt"): ca.certPEM, l.pki("apiserver.crt"): serving.cert, l.pki("apiserver.key"): serving.key,
+		l.pki("ca.crt"): ca.CertPEM, l.pki("apiserver.crt"): serving.Cert, l.pki("apiserver.key"): serving.Key,
 		l.pki("sa.key"): saKey, l.pki("sa.pub"): saPub,
 	}
 	for path, data := range files {
@@ -174,7 +176,7 @@ func writeCredentials(name string, l layout, p ports, adminKubeconfig string) er
 	}
 	server := fmt.Sprintf("https://127.0.0.1:%d", p.apiserver)
 	for _, id := range identities {
-		creds, err := ca.clientCert(id.user, id.groups...)
+		creds, err := ca.ClientCert(id.user, id.groups...)
 		if err != nil {
 			return err
 		}
@@ -182,7 +184,7 @@ func writeCredentials(name string, l layout, p ports, adminKubeconfig string) er
 		if id.file == adminIdentity.file {
 			path = adminKubeconfig
 		}
-		if err := clientcmd.WriteToFile(*kubeconfig(name, server, ca.certPEM, id.user, creds), path); err != nil {
+		if err := clientcmd.WriteToFile(*kubeconfig(name, server, ca.CertPEM, id.user, creds), path); err != nil {
 			return fmt.Errorf("write kubeconfig %s: %w", path, err)
 		}
 	}
@@ -199,8 +201,8 @@ func (c *Cluster) Signal(component string, sig syscall.Signal) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, proc := range c.plane.procs {
-		if proc.name == component && !proc.exited() {
-			return syscall.Kill(proc.pid(), sig)
+		if proc.Name == component && !proc.Exited() {
+			return syscall.Kill(proc.Pid(), sig)
 		}
 	}
 	return fmt.Errorf("cluster %s: no running %s", c.Name, component)

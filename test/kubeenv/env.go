@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/berthfleet/berth/test/freeport"
 )
 
 // Env is a set of independent clusters.
@@ -60,7 +61,7 @@ func newEnv(opts Options) (*Env, error) {
 	if err := checkBinaries(opts.BinDir); err != nil {
 		return nil, err
 	}
-	free, err := freePorts(3 * opts.Clusters)
+	free, err := freeport.Ports(3 * opts.Clusters)
 	if err != nil {
 		return nil, err
 	}
@@ -86,25 +87,4 @@ func (e *Env) Stop(ctx context.Context) error {
 		}
 	}
 	return g.Wait()
-}
-
-// freePorts returns n distinct TCP ports that are free on 127.0.0.1. It holds all of them
-// open until it has all, so that it cannot return one twice.
-func freePorts(n int) ([]int, error) {
-	listeners := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

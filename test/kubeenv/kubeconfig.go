@@ -6,6 +6,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/berthfleet/berth/test/pki"
 )
 
 // Client rates for test clients: high enough that client-side throttling never shapes a
@@ -17,10 +19,10 @@ const (
 
 // kubeconfig returns a kubeconfig for the cluster named name at server, whose single
 // context is also named name.
-func kubeconfig(name, server string, ca []byte, user string, creds keyPair) *clientcmdapi.Config {
+func kubeconfig(name, server string, ca []byte, user string, creds pki.KeyPair) *clientcmdapi.Config {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: creds.cert, ClientKeyData: creds.key}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: creds.Cert, ClientKeyData: creds.Key}
 	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: user}
 	cfg.CurrentContext = name
 	return cfg

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,7 +21,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/berthfleet/berth/test/builders"
 	"github.com/berthfleet/berth/test/kubeenv"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 // waitTimeout bounds every wait for a cluster to act; they take seconds.
@@ -83,11 +84,11 @@ func TestClusters(t *testing.T) {
 func runDeployment(t *testing.T, c *kubeenv.Cluster, name string) {
 	ctx := t.Context()
 	cs := clientset(t, c.RESTConfig())
-	dep := deployment(name, 3)
+	dep := builders.Deployment("", name).Replicas(3).Obj()
 	if _, err := cs.AppsV1().Deployments(metav1.NamespaceDefault).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create Deployment: %v", err)
 	}
-	waitFor(t, "the Deployment's Pods to be available", func(ctx context.Context) (bool, error) {
+	poll.ForCondition(t, waitTimeout, "the Deployment's Pods to be available", func(ctx context.Context) (bool, error) {
 		got, err := cs.AppsV1().Deployments(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && got.Status.AvailableReplicas == 3, err
 	})
@@ -107,14 +108,14 @@ func runDeployment(t *testing.T, c *kubeenv.Cluster, name string) {
 func testSchedulingGate(t *testing.T, c *kubeenv.Cluster) {
 	ctx := t.Context()
 	pods := clientset(t, c.RESTConfig()).CoreV1().Pods(metav1.NamespaceDefault)
-	gated := pod("gated")
+	gated := builders.Pod("", "gated").Obj()
 	gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/hold"}}
-	for _, p := range []*corev1.Pod{gated, pod("ungated")} {
+	for _, p := range []*corev1.Pod{gated, builders.Pod("", "ungated").Obj()} {
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create Pod: %v", err)
 		}
 	}
-	waitFor(t, "the ungated Pod to run", podRunning(pods, "ungated"))
+	poll.ForCondition(t, waitTimeout, "the ungated Pod to run", podRunning(pods, "ungated"))
 
 	got, err := pods.Get(ctx, "gated", metav1.GetOptions{})
 	if err != nil {
@@ -129,7 +130,7 @@ func testSchedulingGate(t *testing.T, c *kubeenv.Cluster) {
 	if _, err := pods.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("remove the scheduling gate: %v", err)
 	}
-	waitFor(t, "the formerly gated Pod to run", podRunning(pods, "gated"))
+	poll.ForCondition(t, waitTimeout, "the formerly gated Pod to run", podRunning(pods, "gated"))
 }
 
 // testImpersonation checks that the API server sees the user and groups of ConfigAs and
@@ -253,30 +254,6 @@ func TestEnvtestUsesTheBinaries(t *testing.T) {
 	t.Logf("envtest runs kube-apiserver %s", version.GitVersion)
 }
 
-func deployment(name string, replicas int32) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       pod(name).Spec,
-			},
-		},
-	}
-}
-
-func pod(name string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "app", Image: "registry.k8s.io/pause:3.10",
-		}}},
-	}
-}
-
 func podRunning(pods interface {
 	Get(context.Context, string, metav1.GetOptions) (*corev1.Pod, error)
 }, name string) wait.ConditionWithContextFunc {
@@ -302,13 +279,6 @@ func clientset(t *testing.T, cfg *rest.Config) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return cs
-}
-
-func waitFor(t *testing.T, what string, cond wait.ConditionWithContextFunc) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, waitTimeout, true, cond); err != nil {
-		t.Fatalf("wait for %s: %v", what, err)
-	}
 }
 
 // children returns the IDs of this process's child processes, from /proc.

@@ -11,6 +11,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/berthfleet/berth/test/process"
 )
 
 // pollInterval is how often kubeenv looks at a cluster it waits for.
@@ -25,7 +27,7 @@ type controlPlane struct {
 	nodes  int
 	log    logr.Logger
 
-	procs []*process // running (or exited unexpectedly); nil when stopped
+	procs []*process.Process // running (or exited unexpectedly); nil when stopped
 }
 
 // start starts etcd and kube-apiserver, waits until the API server is ready, then starts
@@ -50,12 +52,12 @@ func (p *controlPlane) start(ctx context.Context, cs kubernetes.Interface) error
 
 func (p *controlPlane) launch(components ...component) error {
 	for _, c := range components {
-		proc, err := startProcess(c.name, filepath.Join(p.binDir, c.name), c.args, p.layout.log(c.name))
+		proc, err := process.Start(c.name, filepath.Join(p.binDir, c.name), p.layout.log(c.name), c.args...)
 		if err != nil {
 			return err
 		}
 		p.procs = append(p.procs, proc)
-		p.log.V(1).Info("process started", "process", c.name, "pid", proc.pid(), "log", proc.logPath)
+		p.log.V(1).Info("process started", "process", c.name, "pid", proc.Pid(), "log", proc.Log)
 	}
 	return nil
 }
@@ -80,8 +82,8 @@ func (p *controlPlane) waitAPIServer(ctx context.Context, cs kubernetes.Interfac
 // exited returns an error describing the first process that exited, if one did.
 func (p *controlPlane) exited() error {
 	for _, proc := range p.procs {
-		if proc.exited() {
-			return proc.exitError()
+		if proc.Exited() {
+			return proc.ExitError()
 		}
 	}
 	return nil
@@ -91,9 +93,9 @@ func (p *controlPlane) exited() error {
 // while it has clients. It reports whether anything was running.
 func (p *controlPlane) stop(ctx context.Context) bool {
 	running := p.procs != nil
-	var etcdProcs, others []*process
+	var etcdProcs, others []*process.Process
 	for _, proc := range p.procs {
-		if proc.name == "etcd" {
+		if proc.Name == "etcd" {
 			etcdProcs = append(etcdProcs, proc)
 		} else {
 			others = append(others, proc)
@@ -105,10 +107,10 @@ func (p *controlPlane) stop(ctx context.Context) bool {
 	return running
 }
 
-func stopAll(ctx context.Context, procs []*process) {
+func stopAll(ctx context.Context, procs []*process.Process) {
 	var wg sync.WaitGroup
 	for _, proc := range procs {
-		wg.Go(func() { proc.stop(ctx) })
+		wg.Go(func() { proc.Stop(ctx) })
 	}
 	wg.Wait()
 }
@@ -117,8 +119,8 @@ func stopAll(ctx context.Context, procs []*process) {
 func (p *controlPlane) pids() []int {
 	var pids []int
 	for _, proc := range p.procs {
-		if !proc.exited() {
-			pids = append(pids, proc.pid())
+		if !proc.Exited() {
+			pids = append(pids, proc.Pid())
 		}
 	}
 	return pids

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+
+	"github.com/berthfleet/berth/test/process"
 )
 
 // Bounds for StartForTest. Three clusters are ready in well under a minute on two cores;
@@ -64,7 +66,7 @@ func (e *Env) logTails(t testing.TB) {
 		}
 		for _, comp := range processes {
 			path := c.plane.layout.log(comp)
-			t.Logf("%s: end of %s:\n%s", c.Name, path, logTail(path, failureLogLines))
+			t.Logf("%s: end of %s:\n%s", c.Name, path, process.LogTail(path, failureLogLines))
 		}
 	}
 }

@@ -15,12 +15,13 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/berthfleet/berth/admission"
 	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/builders"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 // Every agent (per cluster, or fleet mode's for each cluster) acts as the
@@ -98,11 +99,7 @@ func (m *Member) agentKubeconfig() string { return filepath.Join(m.dir, "berth-a
 // that before the workload is applied.
 func (m *Member) registerAdmission(ctx context.Context) error {
 	addr := fmt.Sprintf("127.0.0.1:%d", m.webhookPort)
-	ca, err := os.ReadFile(filepath.Join(m.certDir(), "tls.crt"))
-	if err != nil {
-		return err
-	}
-	objs, err := admission.Manifests(admission.ManifestOptions{URL: "https://" + addr, CABundle: ca, Mutate: true, TimeoutSeconds: 5})
+	objs, err := admission.Manifests(admission.ManifestOptions{URL: "https://" + addr, CABundle: m.webhookCA, Mutate: true, TimeoutSeconds: 5})
 	if err != nil {
 		return err
 	}
@@ -119,15 +116,9 @@ func (m *Member) registerAdmission(ctx context.Context) error {
 // managed Pod could be created ungated, so the Deployment must wait.
 func (m *Member) awaitAdmission(ctx context.Context) error {
 	w := m.fleet.opts.Workload
-	probe := func() *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: "admission-probe", Labels: map[string]string{reconciler.ManagedLease: w.Name}},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "registry.k8s.io/pause:3.10"}}},
-		}
-	}
 	var last error
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		p := probe()
+	_, err := poll.Until(ctx, 60*time.Second, "admission in effect", func(ctx context.Context) (bool, error) {
+		p := builders.Pod(w.Namespace, "admission-probe").ManagedBy(w.Name).Obj()
 		if last = m.Client.Create(ctx, p, ctrlclient.DryRunAll); last != nil {
 			return false, nil
 		}

@@ -5,13 +5,15 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/berthfleet/berth/test/process"
 )
 
 // FleetAgent is one berth-agent in fleet mode serving every member cluster
 // from one process: Dir holds <cluster>.kubeconfig and <cluster>.token for
 // each cluster it serves.
 type FleetAgent struct {
-	*Process
+	*process.Process
 	Dir   string
 	fleet *Fleet
 }
@@ -30,7 +32,7 @@ func (f *Fleet) StartFleetAgent() (*FleetAgent, error) {
 			return nil, err
 		}
 	}
-	p, err := StartProcess(filepath.Join(f.opts.BinDir, "berth-agent"), filepath.Join(dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())),
+	p, err := process.Start("berth-agent", filepath.Join(f.opts.BinDir, "berth-agent"), filepath.Join(dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())),
 		"--fleet-kubeconfig-dir", kubeconfigs,
 		"--lease-api-url", f.LeaseAPI.URL,
 		"--managed-workloads",

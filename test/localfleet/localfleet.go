@@ -15,20 +15,21 @@ package localfleet
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	leaseclient "github.com/berthfleet/berth/leaseapi/client"
+	"github.com/berthfleet/berth/leaseapi/leaseapitest"
+	"github.com/berthfleet/berth/test/freeport"
 	"github.com/berthfleet/berth/test/kubeenv"
+	"github.com/berthfleet/berth/test/poll"
+	"github.com/berthfleet/berth/test/process"
 )
 
 // AdminSubject is the lease API administrator of a fleet.
@@ -157,13 +158,14 @@ func (f *Fleet) Stop(ctx context.Context) error {
 // LeaseAPI is a running berth-leaseapi with a token per cluster and one for
 // the administrator.
 type LeaseAPI struct {
-	*Process
+	*process.Process
 	URL   string
 	Admin *leaseclient.Client
 	// TokenFiles maps a subject to the file with its token.
 	TokenFiles map[string]string
 	binDir     string
 	dir        string
+	tokenFile  string
 	addr       string
 }
 
@@ -173,22 +175,16 @@ func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string) (
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	api := &LeaseAPI{binDir: binDir, dir: dir, TokenFiles: map[string]string{}}
-	var lines strings.Builder
-	for _, s := range append(append([]string(nil), subjects...), AdminSubject) {
-		token := s + "-token"
-		sum := sha256.Sum256([]byte(token))
-		fmt.Fprintf(&lines, "%s:%s\n", s, hex.EncodeToString(sum[:]))
-		path := filepath.Join(dir, s+".token")
-		if err := os.WriteFile(path, []byte(token), 0o600); err != nil {
-			return nil, err
-		}
-		api.TokenFiles[s] = path
+	tokens := map[string]string{AdminSubject: AdminSubject + "-token"}
+	for _, s := range subjects {
+		tokens[s] = s + "-token"
 	}
-	if err := os.WriteFile(filepath.Join(dir, "tokens"), []byte(lines.String()), 0o600); err != nil {
+	api := &LeaseAPI{binDir: binDir, dir: dir}
+	var err error
+	if api.tokenFile, api.TokenFiles, err = leaseapitest.WriteTokens(dir, tokens); err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
@@ -203,30 +199,17 @@ func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string) (
 // Start runs (or runs again, on the same store) the server and waits until
 // it is ready.
 func (a *LeaseAPI) Start(ctx context.Context) error {
-	p, err := StartProcess(filepath.Join(a.binDir, "berth-leaseapi"), filepath.Join(a.dir, fmt.Sprintf("berth-leaseapi-%d.log", time.Now().UnixNano())),
+	p, err := process.Start("berth-leaseapi", filepath.Join(a.binDir, "berth-leaseapi"), filepath.Join(a.dir, fmt.Sprintf("berth-leaseapi-%d.log", time.Now().UnixNano())),
 		"--listen", a.addr, "--metrics-listen", "", "--sqlite-path", filepath.Join(a.dir, "leases.db"),
-		"--token-file", filepath.Join(a.dir, "tokens"), "--admin-subjects", AdminSubject)
+		"--token-file", a.tokenFile, "--admin-subjects", AdminSubject)
 	if err != nil {
 		return err
 	}
 	a.Process = p
-	return waitUntil(ctx, 20*time.Second, "berth-leaseapi ready", func() bool {
+	_, err = poll.Until(ctx, 20*time.Second, "berth-leaseapi ready", func(ctx context.Context) (bool, error) {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		return a.Admin.Ready(rctx) == nil
+		return a.Admin.Ready(rctx) == nil, nil
 	})
-}
-
-// waitUntil polls cond every 100ms until it holds, ctx ends or timeout passes.
-func waitUntil(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: not within %s", what, timeout)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return nil
+	return err
 }

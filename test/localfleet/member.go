@@ -2,41 +2,24 @@ package localfleet
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
-	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/builders"
+	"github.com/berthfleet/berth/test/freeport"
 	"github.com/berthfleet/berth/test/kubeenv"
+	"github.com/berthfleet/berth/test/pki"
+	"github.com/berthfleet/berth/test/process"
 )
-
-// Scheme knows the built-in types and BerthLease.
-var Scheme = func() *k8sruntime.Scheme {
-	s := k8sruntime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = berthv1alpha1.AddToScheme(s)
-	return s
-}()
 
 // Workload is the BerthLease and managed Deployment every cluster gets.
 type Workload struct {
@@ -75,7 +58,7 @@ type Member struct {
 	Name    string
 	Cluster *kubeenv.Cluster
 	Client  ctrlclient.Client
-	Agent   *Process
+	Agent   *process.Process
 	// Proxy sits between the agent and the lease API, so that a test can
 	// cut this cluster off.
 	Proxy *Proxy
@@ -84,6 +67,8 @@ type Member struct {
 	// webhookPort is where the member's agent serves admission, the same
 	// across restarts, as its registrations say.
 	webhookPort int
+	// webhookCA is the CA bundle that trusts the agent's serving certificate.
+	webhookCA []byte
 }
 
 func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*Member, error) {
@@ -91,10 +76,10 @@ func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*
 		return nil, err
 	}
 	cfg := c.RESTConfig()
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{crdDir()}, Scheme: Scheme}); err != nil {
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{crdDir()}, Scheme: builders.Scheme}); err != nil {
 		return nil, fmt.Errorf("%s: install CRDs: %w", c.Name, err)
 	}
-	cl, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: Scheme})
+	cl, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: builders.Scheme})
 	if err != nil {
 		return nil, err
 	}
@@ -109,10 +94,11 @@ func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*
 	if !f.admission() {
 		return m, nil
 	}
-	if m.webhookPort, err = FreePort(); err != nil {
+	if m.webhookPort, err = freeport.Port(); err != nil {
 		return nil, err
 	}
-	return m, writeSelfSignedCert(m.certDir())
+	m.webhookCA, err = pki.WriteServing(m.certDir(), "berth-agent", "127.0.0.1", "localhost")
+	return m, err
 }
 
 // crdDir is deploy/crd of this module, wherever the caller runs from.
@@ -126,24 +112,11 @@ func (m *Member) ApplyWorkload(ctx context.Context) error {
 	if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("%s: create namespace: %w", m.Name, err)
 	}
-	bl := &berthv1alpha1.BerthLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name},
-		Spec:       berthv1alpha1.BerthLeaseSpec{TTLSeconds: w.TTLSeconds, HeartbeatIntervalSeconds: w.HeartbeatSeconds},
-	}
+	bl := builders.BerthLease(w.Namespace, w.Name).TTL(w.TTLSeconds).Heartbeat(w.HeartbeatSeconds).Obj()
 	if err := m.Client.Create(ctx, bl); err != nil {
 		return fmt.Errorf("%s: create BerthLease: %w", m.Name, err)
 	}
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(w.Replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": w.Name}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": w.Name, reconciler.ManagedLease: w.Name}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: w.Name, Image: "registry.k8s.io/pause:3.10"}}},
-			},
-		},
-	}
+	deploy := builders.Deployment(w.Namespace, w.Name).ManagedBy(w.Name).Replicas(w.Replicas)
 	if m.fleet.admission() {
 		// Admission stamps each Pod with the gate and the BerthLease's UID.
 		if err := m.awaitAdmission(ctx); err != nil {
@@ -152,14 +125,13 @@ func (m *Member) ApplyWorkload(ctx context.Context) error {
 	} else {
 		// No admission (fleet mode): the template carries what admission
 		// would stamp, and names the BerthLease's UID as it is now.
-		deploy.Spec.Template.Labels[reconciler.ManagedUID] = string(bl.UID)
-		deploy.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: reconciler.SchedulingGate}}
+		deploy.ManagedUID(bl.UID).Gated()
 	}
-	err := m.Client.Create(ctx, deploy)
+	err := m.Client.Create(ctx, deploy.Obj())
 	if apierrors.IsAlreadyExists(err) {
 		// Without admission, a BerthLease made anew has a new UID that the
 		// template must name, as a GitOps tool re-rendering it would.
-		err = m.Client.Patch(ctx, deploy, ctrlclient.Merge)
+		err = m.Client.Patch(ctx, deploy.Obj(), ctrlclient.Merge)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: apply Deployment: %w", m.Name, err)
@@ -183,7 +155,7 @@ func (m *Member) StartAgent(clusterID string) error {
 	if !ok {
 		return fmt.Errorf("no lease API token for %s", clusterID)
 	}
-	p, err := StartProcess(filepath.Join(m.fleet.opts.BinDir, "berth-agent"), filepath.Join(m.dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())),
+	p, err := process.Start("berth-agent", filepath.Join(m.fleet.opts.BinDir, "berth-agent"), filepath.Join(m.dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())),
 		"--cluster-id", clusterID,
 		"--kubeconfig", m.agentKubeconfig(),
 		"--lease-api-url", "http://"+m.Proxy.Addr,
@@ -210,32 +182,4 @@ func (m *Member) stop() {
 	if m.Proxy != nil {
 		m.Proxy.Close()
 	}
-}
-
-func writeSelfSignedCert(dir string) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "berth-agent"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
 }

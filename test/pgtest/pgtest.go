@@ -7,7 +7,6 @@ package pgtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -19,6 +18,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/berthfleet/berth/test/freeport"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 // Server is a running throwaway PostgreSQL.
@@ -86,7 +88,7 @@ func Start(t testing.TB) *Server {
 // launch starts postgres on a free port and waits until it answers. exited
 // says whether it failed because the server exited.
 func launch(t testing.TB, bin, dir, data string, cred *syscall.Credential, log *os.File) (s *Server, exited bool, err error) {
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, false, err
 	}
@@ -109,25 +111,28 @@ func launch(t testing.TB, bin, dir, data string, cred *syscall.Credential, log *
 		}
 	})
 	s = &Server{port: port}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		conn, err := pgx.Connect(ctx, s.dsn("postgres"))
+	var last error
+	_, err = poll.Until(context.Background(), 30*time.Second, "postgres answers", func(ctx context.Context) (bool, error) {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		conn, err := pgx.Connect(cctx, s.dsn("postgres"))
 		cancel()
 		if err == nil {
 			_ = conn.Close(context.Background())
-			return s, false, nil
+			return true, nil
 		}
+		last = err
 		select {
 		case <-done:
-			return nil, true, fmt.Errorf("postgres exited: %s", srv.ProcessState)
+			exited = true
+			return false, fmt.Errorf("postgres exited: %s", srv.ProcessState)
 		default:
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			return nil, false, err
-		}
-		time.Sleep(100 * time.Millisecond)
+	})
+	if err != nil {
+		return nil, exited, fmt.Errorf("%w (last: %v)", err, last)
 	}
+	return s, false, nil
 }
 
 // credential is the user the server runs as: the current one, or
@@ -165,13 +170,4 @@ func (s *Server) NewDatabase(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return s.dsn(name)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

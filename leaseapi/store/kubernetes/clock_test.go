@@ -11,6 +11,7 @@ import (
 	"github.com/berthfleet/berth/leaseapi/store/refclock"
 	"github.com/berthfleet/berth/leaseapi/store/storetest"
 	"github.com/berthfleet/berth/test/kubeenv"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 // TestReplicaClocks: two replicas on one API server, one with its clock 20 s
@@ -51,18 +52,15 @@ func TestClockNarrows(t *testing.T) {
 		return r
 	}
 	first := check()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r := check()
-		if r.Uncertainty() < 250*time.Millisecond {
-			t.Logf("uncertainty %v at first, %v %v later", first.Uncertainty(), r.Uncertainty(), time.Until(deadline.Add(-30*time.Second)).Abs())
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("uncertainty still %v after 30 s (%v at first)", r.Uncertainty(), first.Uncertainty())
-		}
-		time.Sleep(200 * time.Millisecond)
+	r := first
+	took, err := poll.Until(t.Context(), 30*time.Second, "uncertainty under 250ms", poll.Condition(func() bool {
+		r = check()
+		return r.Uncertainty() < 250*time.Millisecond
+	}))
+	if err != nil {
+		t.Fatalf("%v: still %v (%v at first)", err, r.Uncertainty(), first.Uncertainty())
 	}
+	t.Logf("uncertainty %v at first, %v %v later", first.Uncertainty(), r.Uncertainty(), took)
 	if err := s.Ping(t.Context()); err != nil {
 		t.Errorf("ping: %v", err)
 	}
