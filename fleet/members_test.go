@@ -3,20 +3,15 @@ package fleet
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,10 +25,9 @@ import (
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi"
 	leaseclient "github.com/berthfleet/berth/leaseapi/client"
-	"github.com/berthfleet/berth/leaseapi/lease"
-	"github.com/berthfleet/berth/leaseapi/server"
-	"github.com/berthfleet/berth/leaseapi/store/sqlite"
+	"github.com/berthfleet/berth/leaseapi/leaseapitest"
 	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/builders"
 )
 
 // These tests drive Members as the controller would, on an injected clock:
@@ -107,44 +101,15 @@ func (i indexInto) IndexField(_ context.Context, obj ctrlclient.Object, field st
 
 func newCluster(t *testing.T, name string) *testCluster {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := berthv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	b := fake.NewClientBuilder().WithScheme(scheme).
+	bl := builders.BerthLease(blKey.Namespace, blKey.Name).TTL(9).Heartbeat(3).Obj()
+	bl.UID = types.UID("uid-" + name)
+	b := fake.NewClientBuilder().WithScheme(builders.Scheme).
 		WithStatusSubresource(&berthv1alpha1.BerthLease{}).
-		WithObjects(
-			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system", UID: types.UID("fingerprint-" + name)}},
-			&berthv1alpha1.BerthLease{
-				ObjectMeta: metav1.ObjectMeta{Namespace: blKey.Namespace, Name: blKey.Name, UID: types.UID("uid-" + name)},
-				Spec:       berthv1alpha1.BerthLeaseSpec{TTLSeconds: 9, HeartbeatIntervalSeconds: 3},
-			})
+		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system", UID: types.UID("fingerprint-" + name)}}, bl)
 	if err := reconciler.IndexBerthLeases(t.Context(), indexInto{b}); err != nil {
 		t.Fatal(err)
 	}
 	return &testCluster{c: b.Build()}
-}
-
-// startLeaseAPI runs the lease API in process and returns a client of it.
-func startLeaseAPI(t *testing.T) *leaseclient.Client {
-	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "leases.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	srv := server.New(server.Config{Service: lease.NewService(st, lease.Options{}), Store: st,
-		Auth: server.NewAuthenticator(nil, false, nil), Log: logr.Discard()})
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	c, err := leaseclient.New(leaseclient.Config{URL: ts.URL, Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // fleetUnderTest is Members with the controller's part played by the test.
@@ -158,7 +123,7 @@ type fleetUnderTest struct {
 
 func newFleet(t *testing.T) *fleetUnderTest {
 	t.Helper()
-	api := startLeaseAPI(t)
+	api := leaseapitest.Start(t, leaseapitest.Options{}).Client(t, leaseclient.Config{Timeout: 2 * time.Second})
 	fc := clocktesting.NewFakeClock(time.Now())
 	f := &fleetUnderTest{t: t, clock: fc, api: api, leases: map[string]*faultyClient{}}
 	f.members = &Members{
