@@ -17,7 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	ctrladmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 )
@@ -51,7 +51,7 @@ type WorkloadAdmission struct {
 }
 
 // decoder decodes Pods whatever the manager's scheme holds.
-var decoder = admission.NewDecoder(clientgoscheme.Scheme)
+var decoder = ctrladmission.NewDecoder(clientgoscheme.Scheme)
 
 // The webhooks read BerthLeases (metadata) to stamp and check a managed Pod's UID label.
 // +kubebuilder:rbac:groups=berth.skaphos.io,resources=berthleases,verbs=get
@@ -73,32 +73,32 @@ func SetupWorkloadAdmission(mgr ctrl.Manager, a *WorkloadAdmission) error {
 	}
 	server := mgr.GetWebhookServer()
 	base := mgr.GetLogger().WithName("admission")
-	logs := func(_ logr.Logger, req *admission.Request) logr.Logger {
-		return admission.DefaultLogConstructor(base, req)
+	logs := func(_ logr.Logger, req *ctrladmission.Request) logr.Logger {
+		return ctrladmission.DefaultLogConstructor(base, req)
 	}
 	if a.Mutate {
-		server.Register(MutatePath, &webhook.Admission{Handler: admission.HandlerFunc(a.mutate), LogConstructor: logs})
+		server.Register(MutatePath, &webhook.Admission{Handler: ctrladmission.HandlerFunc(a.mutate), LogConstructor: logs})
 	}
-	server.Register(ValidatePath, &webhook.Admission{Handler: admission.HandlerFunc(a.validate), LogConstructor: logs})
+	server.Register(ValidatePath, &webhook.Admission{Handler: ctrladmission.HandlerFunc(a.validate), LogConstructor: logs})
 	return nil
 }
 
 // mutate stamps a managed Pod at creation (see Stamp).
-func (a *WorkloadAdmission) mutate(ctx context.Context, req admission.Request) admission.Response {
+func (a *WorkloadAdmission) mutate(ctx context.Context, req ctrladmission.Request) ctrladmission.Response {
 	op := string(req.Operation)
 	if req.Operation != admissionv1.Create || req.SubResource != "" {
 		record(op, decisionAllow, ReasonUnmanaged)
-		return admission.Allowed("")
+		return ctrladmission.Allowed("")
 	}
 	pod := &corev1.Pod{}
 	if err := decoder.Decode(req, pod); err != nil {
 		record(op, decisionError, ReasonBadRequest)
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode Pod: %w", err))
+		return ctrladmission.Errored(http.StatusBadRequest, fmt.Errorf("decode Pod: %w", err))
 	}
 	leaseName, managed := pod.Labels[berthv1alpha1.ManagedLeaseLabel]
 	if !managed {
 		record(op, decisionAllow, ReasonUnmanaged)
-		return admission.Allowed("")
+		return ctrladmission.Allowed("")
 	}
 	lease, err := a.lookup(ctx, req.Namespace, leaseName)
 	if err != nil {
@@ -106,20 +106,20 @@ func (a *WorkloadAdmission) mutate(ctx context.Context, req admission.Request) a
 	}
 	if !Stamp(pod, lease) {
 		record(op, decisionAllow, ReasonValid)
-		return admission.Allowed("")
+		return ctrladmission.Allowed("")
 	}
 	stamped, err := json.Marshal(pod)
 	if err != nil {
 		record(op, decisionError, ReasonBadRequest)
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encode Pod: %w", err))
+		return ctrladmission.Errored(http.StatusInternalServerError, fmt.Errorf("encode Pod: %w", err))
 	}
 	record(op, decisionMutate, ReasonStamped)
 	logr.FromContextOrDiscard(ctx).V(1).Info("stamped managed Pod", "lease", leaseName, "leaseFound", lease.Found)
-	return admission.PatchResponseFromRaw(req.Object.Raw, stamped)
+	return ctrladmission.PatchResponseFromRaw(req.Object.Raw, stamped)
 }
 
 // validate decides a Pod's creation or change (see DecideCreate and DecideUpdate).
-func (a *WorkloadAdmission) validate(ctx context.Context, req admission.Request) admission.Response {
+func (a *WorkloadAdmission) validate(ctx context.Context, req ctrladmission.Request) ctrladmission.Response {
 	op := string(req.Operation)
 	var d Decision
 	switch req.Operation {
@@ -127,7 +127,7 @@ func (a *WorkloadAdmission) validate(ctx context.Context, req admission.Request)
 		pod := &corev1.Pod{}
 		if err := decoder.Decode(req, pod); err != nil {
 			record(op, decisionError, ReasonBadRequest)
-			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode Pod: %w", err))
+			return ctrladmission.Errored(http.StatusBadRequest, fmt.Errorf("decode Pod: %w", err))
 		}
 		var lease BerthLeaseRef
 		if name, managed := pod.Labels[berthv1alpha1.ManagedLeaseLabel]; managed {
@@ -141,33 +141,33 @@ func (a *WorkloadAdmission) validate(ctx context.Context, req admission.Request)
 		pod, old := &corev1.Pod{}, &corev1.Pod{}
 		if err := decoder.Decode(req, pod); err != nil {
 			record(op, decisionError, ReasonBadRequest)
-			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode Pod: %w", err))
+			return ctrladmission.Errored(http.StatusBadRequest, fmt.Errorf("decode Pod: %w", err))
 		}
 		if err := decoder.DecodeRaw(req.OldObject, old); err != nil {
 			record(op, decisionError, ReasonBadRequest)
-			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode old Pod: %w", err))
+			return ctrladmission.Errored(http.StatusBadRequest, fmt.Errorf("decode old Pod: %w", err))
 		}
 		d = DecideUpdate(req.Namespace, old, pod, req.UserInfo.Username, a.OperatorUser)
 	default:
 		record(op, decisionAllow, ReasonUnmanaged)
-		return admission.Allowed("")
+		return ctrladmission.Allowed("")
 	}
 	log := logr.FromContextOrDiscard(ctx)
 	if !d.Allowed {
 		record(op, decisionDeny, d.Reason)
 		log.Info("denied Pod request", "reason", d.Reason, "user", req.UserInfo.Username, "message", d.Message)
-		return admission.Denied(d.Message)
+		return ctrladmission.Denied(d.Message)
 	}
 	record(op, decisionAllow, d.Reason)
 	log.V(1).Info("allowed Pod request", "reason", d.Reason, "user", req.UserInfo.Username)
-	return admission.Allowed("")
+	return ctrladmission.Allowed("")
 }
 
 // failed answers a request that admission could not decide: it fails closed.
-func (a *WorkloadAdmission) failed(ctx context.Context, op string, err error) admission.Response {
+func (a *WorkloadAdmission) failed(ctx context.Context, op string, err error) ctrladmission.Response {
 	record(op, decisionError, ReasonLookupFailed)
 	logr.FromContextOrDiscard(ctx).Error(err, "cannot decide Pod request")
-	return admission.Errored(http.StatusInternalServerError, fmt.Errorf("berth: cannot decide on a managed Pod: %w", err))
+	return ctrladmission.Errored(http.StatusInternalServerError, fmt.Errorf("berth: cannot decide on a managed Pod: %w", err))
 }
 
 // lookup reads the BerthLease named name in namespace: only its metadata, from the API
