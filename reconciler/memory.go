@@ -228,9 +228,9 @@ func (t tenure) afterAnswer(req request, res client.AcquireResult, err error, no
 		// the term is kept, revoked, and renewed while they stop; an
 		// acquire does not, so only its token is kept. Decide stops the
 		// Pods first, then releases. It is news once per term.
-		o := outcome{token: res.FencingToken, expiresAt: res.ExpiresAt}
+		var o outcome
 		if t.term == nil || !t.revoked {
-			o.change = changeRevoked
+			o = outcome{change: changeRevoked, token: res.FencingToken, expiresAt: res.ExpiresAt}
 		}
 		t.revoked = true
 		if req.call != CallAcquire && res.FencingToken == req.token {
