@@ -46,6 +46,12 @@ type tenure struct {
 	// recoverDeadline is Facts.RecoverDeadline.
 	recoverDeadline time.Time
 	releaseToken    int32
+	// releaseSent is a token whose release was sent without a known
+	// outcome (an error other than a conflict): the release may still land
+	// at the lease API at any time (a request delayed, or retried, past the
+	// call's timeout), and would free the term then. So the term it names
+	// never runs Pods again: renewed, it stays a token to release.
+	releaseSent int32
 	// observed is the lease API's last answer, for status.
 	observed client.AcquireResult
 	// apiErr is the last lease API error, cleared by the next success.
@@ -214,6 +220,15 @@ func (t tenure) afterAnswer(req request, res client.AcquireResult, err error, no
 	}
 	t.apiErr = nil
 	t.observed = res
+	if req.token != 0 && req.token == t.releaseSent && res.Holder == req.holder && res.FencingToken == req.token && (res.Acquired || res.Revoked) {
+		// Renewed (revoked or not) while a release of it may still land:
+		// the term outlasts the Pods, but is never run on again.
+		t.releaseToken = req.token
+		if res.Revoked {
+			t.revoked = true
+		}
+		return t, outcome{}
+	}
 	granted := func() *Term {
 		return &Term{Holder: req.holder, Token: res.FencingToken, Deadline: req.sent.Add(LocalValidity(req.ttl)), RenewDue: req.sent.Add(req.heartbeat)}
 	}
@@ -253,14 +268,15 @@ func (t tenure) afterAnswer(req request, res client.AcquireResult, err error, no
 // afterRelease is afterAnswer for a release of token.
 func (t tenure) afterRelease(token int32, err error) (tenure, outcome) {
 	if err != nil && !errors.Is(err, client.ErrConflict) {
-		// Keep the token: the release is retried before anything else.
+		// Keep the token: the release is retried before anything else,
+		// and the term is never run on again (releaseSent).
 		t.apiErr = err
-		t.releaseToken = token
+		t.releaseToken, t.releaseSent = token, token
 		t.term = nil
 		return t, outcome{change: changeFailed, token: token}
 	}
 	t.apiErr = nil
-	t.term, t.recoverToken, t.releaseToken, t.revoked = nil, 0, 0, false
+	t.term, t.recoverToken, t.releaseToken, t.releaseSent, t.revoked = nil, 0, 0, 0, false
 	t.observed = client.AcquireResult{FencingToken: token}
 	return t, outcome{change: changeReleased, token: token}
 }
@@ -274,7 +290,7 @@ func (t tenure) dropTerm() (tenure, int32) {
 		token = t.term.Token
 	}
 	token = max(token, t.recoverToken)
-	t.term, t.recoverToken, t.releaseToken, t.revoked = nil, 0, 0, false
+	t.term, t.recoverToken, t.releaseToken, t.releaseSent, t.revoked = nil, 0, 0, 0, false
 	t.observed = client.AcquireResult{}
 	return t, token
 }
@@ -291,6 +307,7 @@ func (t tenure) carriedOver() tenure {
 		term:         t.term,
 		recoverToken: t.recoverToken,
 		releaseToken: t.releaseToken,
+		releaseSent:  t.releaseSent,
 		revoked:      t.revoked,
 		observed:     t.observed,
 	}

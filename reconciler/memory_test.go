@@ -45,6 +45,7 @@ func with(t tenure, opts ...func(*tenure)) tenure {
 	return t
 }
 func wasRevoked(t *tenure)               { t.revoked = true }
+func releaseWasSent(t *tenure)           { t.releaseSent = t.releaseToken }
 func wasSelfFenced(t *tenure)            { t.selfFenced = true }
 func failedWith(err error) func(*tenure) { return func(t *tenure) { t.apiErr = err } }
 func saw(r client.AcquireResult) func(*tenure) {
@@ -247,15 +248,55 @@ func TestAfterAnswer(t *testing.T) {
 			before:      with(holding(heldTerm()), wasRevoked),
 			req:         req(CallRelease, 7),
 			err:         errUnreachable,
-			want:        with(releasing(7), wasRevoked, failedWith(errUnreachable)),
+			want:        with(releasing(7), releaseWasSent, wasRevoked, failedWith(errUnreachable)),
 			wantOutcome: outcome{change: changeFailed, token: 7},
 		},
 		"release of a recover token fails: kept as a token to release too": {
 			before:      recovering(7),
 			req:         req(CallRelease, 7),
 			err:         errUnreachable,
-			want:        with(recovering(7), func(t *tenure) { t.releaseToken = 7 }, failedWith(errUnreachable)),
+			want:        with(recovering(7), func(t *tenure) { t.releaseToken = 7 }, releaseWasSent, failedWith(errUnreachable)),
 			wantOutcome: outcome{change: changeFailed, token: 7},
+		},
+		"release succeeds after one of unknown outcome: everything forgotten": {
+			before:      with(releasing(7), releaseWasSent, failedWith(errUnreachable)),
+			req:         req(CallRelease, 7),
+			want:        with(tenure{started: true}, saw(client.AcquireResult{FencingToken: 7})),
+			wantOutcome: outcome{change: changeReleased, token: 7},
+		},
+
+		// A release of unknown outcome may still land: its term never runs
+		// Pods again.
+		"renew of a token whose release may still land, granted: still only a token to release": {
+			before: with(releasing(7), releaseWasSent, failedWith(errUnreachable)),
+			req:    req(CallRecover, 7),
+			res:    granted(us, 7),
+			want:   with(releasing(7), releaseWasSent, saw(granted(us, 7))),
+		},
+		"renew of a token whose release may still land, revoked: a revoked token to release": {
+			before: with(releasing(7), releaseWasSent),
+			req:    req(CallRecover, 7),
+			res:    revokedAnswer(7),
+			want:   with(releasing(7), releaseWasSent, wasRevoked, saw(revokedAnswer(7))),
+		},
+		"renew of a token whose release may still land, lost: still to release": {
+			before: with(releasing(7), releaseWasSent),
+			req:    req(CallRecover, 7),
+			res:    lostToOther,
+			want:   with(releasing(7), releaseWasSent, saw(lostToOther)),
+		},
+		"renew of a token whose release may still land fails: still to release": {
+			before:      with(releasing(7), releaseWasSent),
+			req:         req(CallRecover, 7),
+			err:         errUnreachable,
+			want:        with(releasing(7), releaseWasSent, failedWith(errUnreachable)),
+			wantOutcome: outcome{change: changeFailed, token: 7},
+		},
+		"recover of a status token whose release may still land, granted: a token to release": {
+			before: with(recovering(7), func(t *tenure) { t.releaseSent = 7 }),
+			req:    req(CallRecover, 7),
+			res:    granted(us, 7),
+			want:   with(tenure{started: true, releaseToken: 7, releaseSent: 7, recoverDeadline: t0.Add(3 * time.Second)}, saw(granted(us, 7))),
 		},
 	}
 	for name, tc := range cases {
@@ -527,5 +568,39 @@ func TestIntoFacts(t *testing.T) {
 				t.Errorf("intoFacts() mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestReleaseOfUnknownOutcomeNeverRunsAgain: a release whose outcome is
+// unknown may land at the lease API later (delayed, or retried past the
+// call's timeout) and free the term. Before releaseSent, a renewal of the
+// token while the Pods could not be listed made it a term again, the Pods
+// were ungated under it, and the late release then freed it under them
+// (FuzzAgent found it: testdata/fuzz/FuzzAgent/delayed-release-lands-after-renewal).
+func TestReleaseOfUnknownOutcomeNeverRunsAgain(t *testing.T) {
+	mem := holding(pastDeadlineTerm())
+	step := func(c Call, res client.AcquireResult, err error) {
+		t.Helper()
+		mem, _ = mem.afterAnswer(request{call: c, holder: us, token: mem.tokenFor(c), ttl: memTTL, heartbeat: memHeartbeat, sent: t0}, res, err, answeredAt)
+	}
+	step(CallRelease, client.AcquireResult{}, errUnreachable)
+	f := mem.intoFacts(Facts{Now: answeredAt, PodsUnknown: true})
+	if d := Decide(f); d.Call != CallRecover || d.Pods != PodsStop {
+		t.Fatalf("after a failed release with the Pods unknown, Decide() = %+v, want the token renewed while the Pods stop", d)
+	}
+	step(CallRecover, granted(us, 7), nil)
+	for _, f := range []Facts{
+		mem.intoFacts(Facts{Now: answeredAt, GatedPods: 1}),
+		mem.intoFacts(Facts{Now: answeredAt, PodsUnknown: true}),
+	} {
+		if f.MayRun() {
+			t.Fatalf("renewed after a release of unknown outcome, the cluster may run again: %s", describe(f))
+		}
+		if d := Decide(f); d.Pods == PodsUngate {
+			t.Fatalf("renewed after a release of unknown outcome, Decide(%s) = %+v ungates", describe(f), d)
+		}
+	}
+	if d := Decide(mem.intoFacts(Facts{Now: answeredAt, GatedPods: 1})); d.Call != CallRelease {
+		t.Fatalf("renewed after a release of unknown outcome, nothing running: Decide() = %+v, want the release sent again", d)
 	}
 }
