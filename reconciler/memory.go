@@ -158,11 +158,12 @@ type request struct {
 	sent time.Time
 }
 
-// change is what a transition did that the caller logs or counts.
+// change is what a transition did that the caller logs or counts; the
+// zero change is nothing to tell.
 type change int
 
 const (
-	changeNone change = iota
+	_ change = iota
 	// changeFailed: the call failed; the tenure keeps what it may still hold.
 	changeFailed
 	// changeRevoked: the lease API revoked this cluster's term.
