@@ -195,11 +195,13 @@ type outcome struct {
 // term whose local deadline is measured from when the request was sent. A
 // revocation of a renewed or recovered term keeps it, revoked, renewed while
 // the Pods stop; a revocation found by an acquire keeps only its token, to
-// release. Anything else loses the term.
+// release. Anything else loses the term. A token whose release went out
+// without a known outcome (releaseSent) is never made a term again: renewed,
+// it stays a token to release.
 //
 // Release: an error other than a conflict keeps the token to release again
-// first; success, or a conflict (the lease is no longer this cluster's),
-// forgets every term and token.
+// first, and marks it releaseSent; success, or a conflict (the lease is no
+// longer this cluster's), forgets every term and token.
 func (t tenure) afterAnswer(req request, res client.AcquireResult, err error, now time.Time) (tenure, outcome) {
 	if req.call == CallRelease {
 		return t.afterRelease(req.token, err)
@@ -224,11 +226,13 @@ func (t tenure) afterAnswer(req request, res client.AcquireResult, err error, no
 	if req.token != 0 && req.token == t.releaseSent && res.Holder == req.holder && res.FencingToken == req.token && (res.Acquired || res.Revoked) {
 		// Renewed (revoked or not) while a release of it may still land:
 		// the term outlasts the Pods, but is never run on again.
-		t.releaseToken = req.token
-		if res.Revoked {
-			t.revoked = true
+		var o outcome
+		if res.Revoked && !t.revoked {
+			o = outcome{change: changeRevoked, token: res.FencingToken, expiresAt: res.ExpiresAt}
 		}
-		return t, outcome{}
+		t.releaseToken = req.token
+		t.revoked = t.revoked || res.Revoked
+		return t, o
 	}
 	granted := func() *Term {
 		return &Term{Holder: req.holder, Token: res.FencingToken, Deadline: req.sent.Add(LocalValidity(req.ttl)), RenewDue: req.sent.Add(req.heartbeat)}

@@ -274,7 +274,14 @@ func TestAfterAnswer(t *testing.T) {
 			want:   with(releasing(7), releaseWasSent, saw(granted(us, 7))),
 		},
 		"renew of a token whose release may still land, revoked: a revoked token to release": {
-			before: with(releasing(7), releaseWasSent),
+			before:      with(releasing(7), releaseWasSent),
+			req:         req(CallRecover, 7),
+			res:         revokedAnswer(7),
+			want:        with(releasing(7), releaseWasSent, wasRevoked, saw(revokedAnswer(7))),
+			wantOutcome: outcome{change: changeRevoked, token: 7, expiresAt: expiresAt},
+		},
+		"renew of a revoked token whose release may still land: not news again": {
+			before: with(releasing(7), releaseWasSent, wasRevoked),
 			req:    req(CallRecover, 7),
 			res:    revokedAnswer(7),
 			want:   with(releasing(7), releaseWasSent, wasRevoked, saw(revokedAnswer(7))),
