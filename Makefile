@@ -19,7 +19,8 @@ FUZZ_TARGETS := \
 	./leaseapi/server:FuzzServer \
 	./admission:FuzzDecideCreate \
 	./admission:FuzzDecideUpdate \
-	./reconciler:FuzzDecide
+	./reconciler:FuzzDecide \
+	./reconciler:FuzzAgent
 
 .DEFAULT_GOAL := help
 

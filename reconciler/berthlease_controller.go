@@ -118,45 +118,6 @@ type BerthLeaseReconciler struct {
 	holding map[types.UID]bool
 }
 
-// memory is what the reconciler keeps of one BerthLease between reconciles;
-// a term's deadline lives on the monotonic clock, so it cannot be stored in
-// status.
-type memory struct {
-	// name is the BerthLease's namespace and name.
-	name types.NamespacedName
-	// started: status was consulted once for a term to recover.
-	started      bool
-	term         *Term
-	recoverToken int32
-	// recoverDeadline is Facts.RecoverDeadline.
-	recoverDeadline time.Time
-	releaseToken    int32
-	// observed is the lease API's last answer, for status.
-	observed client.AcquireResult
-	// apiErr is the last lease API error, cleared by the next success.
-	apiErr error
-	// selfFenced records that the local deadline passed without a renewal.
-	selfFenced bool
-	// revoked: the lease API said the term (or the token to release) was
-	// revoked; the cluster hands it over.
-	revoked bool
-	// stopWatch ends the long poll that runs while the cluster waits.
-	stopWatch context.CancelFunc
-	// last is the BerthLease as last read: what is known of it if it
-	// vanishes (reconcileGone).
-	last *berthv1alpha1.BerthLease
-	// superseded: a BerthLease of the same name but another lease was made
-	// since; this memory's term is settled as a vanished BerthLease's, for
-	// the Pods stamped with its UID only.
-	superseded bool
-}
-
-// holds reports whether the memory keeps a term or a token the cluster may
-// still hold at the lease API.
-func (m *memory) holds() bool {
-	return m.term != nil || m.recoverToken > 0 || m.releaseToken > 0
-}
-
 // SetupWithManager runs the reconciler under a controller of mgr's own
 // cluster (single-cluster mode): the controller SetupController declares,
 // and the reconciler's long polls for as long as the manager leads.
@@ -409,14 +370,10 @@ func (r *BerthLeaseReconciler) decide(ctx context.Context, bl *berthv1alpha1.Ber
 // dropTerm lets go of the term without releasing it: another BerthLease
 // names the same lease and keeps renewing it, or it expires.
 func (r *BerthLeaseReconciler) dropTerm(ctx context.Context, mem *memory, p *observation) {
-	token := mem.releaseToken
-	if mem.term != nil {
-		token = mem.term.Token
-	}
+	var token int32
+	mem.tenure, token = mem.dropTerm()
 	logr.FromContextOrDiscard(ctx).Info("letting go of the term without releasing it: another BerthLease names the same lease",
-		"token", max(token, mem.recoverToken), "otherBerthLease", p.sharedWith)
-	mem.term, mem.recoverToken, mem.releaseToken, mem.revoked = nil, 0, 0, false
-	mem.observed = client.AcquireResult{}
+		"token", token, "otherBerthLease", p.sharedWith)
 }
 
 // reconcileGone handles a BerthLease that is gone from the API server
@@ -473,7 +430,7 @@ func (r *BerthLeaseReconciler) goneOf(name types.NamespacedName) (*berthv1alpha1
 		ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name},
 		Spec:       berthv1alpha1.BerthLeaseSpec{TTLSeconds: minTTLSeconds, HeartbeatIntervalSeconds: 1},
 	})
-	return bl, &memory{name: name, started: true}
+	return bl, &memory{name: name, tenure: tenure{started: true}}
 }
 
 // goneCopy is bl as a BerthLease that is gone is decided on: marked deleted.
@@ -552,8 +509,7 @@ func (r *BerthLeaseReconciler) memoryOf(bl *berthv1alpha1.BerthLease) *memory {
 					old.superseded = true
 					continue
 				}
-				m.term, m.recoverToken, m.releaseToken, m.revoked, m.observed = old.term, old.recoverToken, old.releaseToken, old.revoked, old.observed
-				m.started = true
+				m.tenure = old.carriedOver()
 			}
 			r.dropLocked(uid)
 		}

@@ -72,19 +72,7 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 		heartbeat: time.Duration(bl.Spec.HeartbeatIntervalSeconds) * time.Second,
 	}
 	p.specErr = r.validateSpec(bl)
-	if !mem.started {
-		mem.started = true
-		if st := bl.Status; st.LeaseState == StateHeld && st.CurrentHolder == p.holder && st.FencingToken > 0 {
-			mem.recoverToken = st.FencingToken
-			if st.RenewTime != nil {
-				// The predecessor's local deadline is unknown to this
-				// process; its last renew time in status, read on the wall
-				// clock, bounds it. Without one the Pods stop first.
-				now := r.Clock.Now()
-				mem.recoverDeadline = now.Add(st.RenewTime.Add(LocalValidity(p.ttl)).Sub(now))
-			}
-		}
-	}
+	mem.tenure = mem.recoverFromStatus(bl.Status, p.holder, p.ttl, r.Clock.Now())
 	podsUnknown := false
 	if r.ManagedWorkloads {
 		if err := r.listPods(ctx, bl, p); err != nil {
@@ -106,26 +94,21 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 		p.shadowedBy = name
 	}
 	now := r.Clock.Now()
-	if t := mem.term; t != nil && !now.Before(t.Deadline) && !mem.selfFenced {
-		mem.selfFenced = true
-		logr.FromContextOrDiscard(ctx).Info("local deadline passed without a renewal: self-fencing", "token", t.Token)
+	var fenced bool
+	if mem.tenure, fenced = mem.checkDeadline(now); fenced {
+		logr.FromContextOrDiscard(ctx).Info("local deadline passed without a renewal: self-fencing", "token", mem.term.Token)
 		selfFences.WithLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name).Inc()
 	}
-	p.facts = Facts{
-		Now:             now,
-		Deleting:        !bl.DeletionTimestamp.IsZero(),
-		Invalid:         p.specErr != nil,
-		Cordoned:        p.yieldReason != "",
-		Shadowed:        p.shadowedBy != "",
-		Revoked:         mem.revoked && (mem.term != nil || mem.releaseToken > 0),
-		Term:            mem.term,
-		RecoverToken:    mem.recoverToken,
-		RecoverDeadline: mem.recoverDeadline,
-		ReleaseToken:    mem.releaseToken,
-		RunningPods:     len(p.running),
-		PodsUnknown:     podsUnknown,
-		GatedPods:       len(p.gated),
-	}
+	p.facts = mem.intoFacts(Facts{
+		Now:         now,
+		Deleting:    !bl.DeletionTimestamp.IsZero(),
+		Invalid:     p.specErr != nil,
+		Cordoned:    p.yieldReason != "",
+		Shadowed:    p.shadowedBy != "",
+		RunningPods: len(p.running),
+		PodsUnknown: podsUnknown,
+		GatedPods:   len(p.gated),
+	})
 	return p
 }
 
@@ -162,19 +145,15 @@ func gated(pod *corev1.Pod) bool {
 	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
 }
 
-// call makes the lease API call the decision asked for and records its
-// outcome in memory. Every call is bounded by CallTimeout and, while a term
-// is held, by its local deadline.
+// call makes the lease API call the decision asked for, and records the
+// answer in memory through afterAnswer. Every call is bounded by
+// CallTimeout and, while a term is held, by its local deadline.
 func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation, mem *memory, c Call) {
 	log := logr.FromContextOrDiscard(ctx)
 	ns, name := bl.Namespace, bl.EffectiveLeaseName()
 	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
-	deadline := mem.recoverDeadline // a recovery's, while no term is known
-	if t := mem.term; t != nil {
-		deadline = t.Deadline
-	}
-	if r.Clock.Now().Before(deadline) {
+	if deadline := mem.callDeadline(); r.Clock.Now().Before(deadline) {
 		// Never hold the reconcile past the local deadline: at the
 		// deadline, stopping comes first.
 		var cancelAtDeadline context.CancelFunc
@@ -182,93 +161,36 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 		defer cancelAtDeadline()
 	}
 
+	req := request{call: c, holder: p.holder, token: mem.tokenFor(c), ttl: p.ttl, heartbeat: p.heartbeat, sent: r.Clock.Now()}
+	var (
+		res client.AcquireResult
+		err error
+	)
 	switch c {
-	case CallAcquire, CallRenew, CallRecover:
-		sent := r.Clock.Now()
-		var (
-			res   client.AcquireResult
-			err   error
-			token int32 // the term renewed
-		)
-		defer func() { observeCall(c, sent, r.Clock.Now(), err) }()
-		switch c {
-		case CallAcquire:
-			res, err = r.LeaseClient.Acquire(ctx, ns, name, p.holder, p.ttl)
-		case CallRenew:
-			token = mem.term.Token
-			res, err = r.LeaseClient.Renew(ctx, ns, name, p.holder, token, p.ttl)
-		case CallRecover:
-			token = mem.recoverToken
-			if token == 0 {
-				token = mem.releaseToken
-			}
-			mem.recoverToken = 0
-			res, err = r.LeaseClient.Renew(ctx, ns, name, p.holder, token, p.ttl)
-			if err != nil {
-				mem.releaseToken = token
-			}
-		}
-		if err != nil {
-			mem.apiErr = err
-			log.Error(err, "lease API call failed", "call", callName(c))
-			if mem.term != nil {
-				mem.term.RenewDue = r.Clock.Now().Add(retryInterval(p.heartbeat))
-			}
-			return
-		}
-		mem.apiErr = nil
-		mem.observed = res
-		if res.Acquired && res.Holder == p.holder {
-			mem.term = &Term{Holder: p.holder, Token: res.FencingToken, Deadline: sent.Add(LocalValidity(p.ttl)), RenewDue: sent.Add(p.heartbeat)}
-			mem.selfFenced, mem.revoked, mem.releaseToken = false, false, 0
-			return
-		}
-		if res.Revoked && res.Holder == p.holder {
-			// An administrator revoked this cluster's term: hand it over.
-			// A renew of it still extends it (its Pods may not be gone
-			// yet), so the term is kept, revoked, and renewed while they
-			// stop; an acquire does not, so only its token is kept. Decide
-			// stops the Pods first, then releases.
-			if mem.term == nil || !mem.revoked {
-				log.Info("lease revoked: stopping the Pods, then releasing", "token", res.FencingToken, "expiresAt", res.ExpiresAt)
-			}
-			mem.revoked = true
-			if c != CallAcquire && res.FencingToken == token {
-				mem.term = &Term{Holder: p.holder, Token: res.FencingToken, Deadline: sent.Add(LocalValidity(p.ttl)), RenewDue: sent.Add(p.heartbeat)}
-				mem.releaseToken = 0
-				return
-			}
-			mem.releaseToken = res.FencingToken
-			mem.term = nil
-			return
-		}
-		if mem.term != nil {
-			log.Info("lease lost", "token", mem.term.Token, "currentHolder", res.Holder)
-		}
-		mem.term, mem.revoked = nil, false
-
+	case CallAcquire:
+		res, err = r.LeaseClient.Acquire(ctx, ns, name, req.holder, req.ttl)
+	case CallRenew, CallRecover:
+		res, err = r.LeaseClient.Renew(ctx, ns, name, req.holder, req.token, req.ttl)
 	case CallRelease:
-		token := mem.releaseToken
-		if mem.term != nil {
-			token = mem.term.Token
-		} else if token == 0 {
-			token = mem.recoverToken
+		err = r.LeaseClient.Release(ctx, ns, name, req.holder, req.token)
+	}
+	now := r.Clock.Now()
+	observeCall(c, req.sent, now, err)
+	var o outcome
+	mem.tenure, o = mem.afterAnswer(req, res, err, now)
+	switch o.change {
+	case changeFailed:
+		if c == CallRelease {
+			log.Error(err, "release failed", "token", o.token)
+		} else {
+			log.Error(err, "lease API call failed", "call", callName(c))
 		}
-		sent := r.Clock.Now()
-		err := r.LeaseClient.Release(ctx, ns, name, p.holder, token)
-		observeCall(c, sent, r.Clock.Now(), err)
-		if err != nil && !errors.Is(err, client.ErrConflict) {
-			// Keep the token: the release is retried before anything else.
-			mem.apiErr = err
-			log.Error(err, "release failed", "token", token)
-			mem.releaseToken = token
-			mem.term = nil
-			return
-		}
-		mem.apiErr = nil
-		mem.term, mem.recoverToken, mem.releaseToken, mem.revoked = nil, 0, 0, false
-		mem.observed = client.AcquireResult{FencingToken: token}
-		log.Info("lease released", "token", token)
+	case changeRevoked:
+		log.Info("lease revoked: stopping the Pods, then releasing", "token", o.token, "expiresAt", o.expiresAt)
+	case changeLost:
+		log.Info("lease lost", "token", o.token, "currentHolder", o.holder)
+	case changeReleased:
+		log.Info("lease released", "token", o.token)
 	}
 }
 
