@@ -31,18 +31,18 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
-	"github.com/berthfleet/berth/leaseapi/client"
+	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 )
 
-// LeaseClient is the subset of [client.Client] consumed by the reconciler.
+// LeaseClient is the subset of [leaseclient.Client] consumed by the reconciler.
 // Defined as an interface so tests can inject a fault.
 type LeaseClient interface {
-	Acquire(ctx context.Context, namespace, name, holder string, ttl time.Duration) (client.AcquireResult, error)
-	Renew(ctx context.Context, namespace, name, holder string, fencingToken int32, ttl time.Duration) (client.AcquireResult, error)
+	Acquire(ctx context.Context, namespace, name, holder string, ttl time.Duration) (leaseclient.AcquireResult, error)
+	Renew(ctx context.Context, namespace, name, holder string, fencingToken int32, ttl time.Duration) (leaseclient.AcquireResult, error)
 	Release(ctx context.Context, namespace, name, holder string, fencingToken int32) error
 }
 
-var _ LeaseClient = (*client.Client)(nil)
+var _ LeaseClient = (*leaseclient.Client)(nil)
 
 // DefaultCallTimeout bounds one lease API call or one local cleanup step; a
 // call is also cut short at the local deadline.

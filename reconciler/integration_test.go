@@ -26,7 +26,7 @@ import (
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi"
-	"github.com/berthfleet/berth/leaseapi/client"
+	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 	"github.com/berthfleet/berth/leaseapi/leaseapitest"
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/builders"
@@ -57,16 +57,16 @@ func (f *faultyLeases) hang(ctx context.Context) error {
 	return fmt.Errorf("lease API unreachable (injected): %w", ctx.Err())
 }
 
-func (f *faultyLeases) Acquire(ctx context.Context, ns, name, holder string, ttl time.Duration) (client.AcquireResult, error) {
+func (f *faultyLeases) Acquire(ctx context.Context, ns, name, holder string, ttl time.Duration) (leaseclient.AcquireResult, error) {
 	if f.cut.Load() {
-		return client.AcquireResult{}, f.hang(ctx)
+		return leaseclient.AcquireResult{}, f.hang(ctx)
 	}
 	return f.LeaseClient.Acquire(ctx, ns, name, holder, ttl)
 }
 
-func (f *faultyLeases) Renew(ctx context.Context, ns, name, holder string, token int32, ttl time.Duration) (client.AcquireResult, error) {
+func (f *faultyLeases) Renew(ctx context.Context, ns, name, holder string, token int32, ttl time.Duration) (leaseclient.AcquireResult, error) {
 	if f.cut.Load() {
-		return client.AcquireResult{}, f.hang(ctx)
+		return leaseclient.AcquireResult{}, f.hang(ctx)
 	}
 	return f.LeaseClient.Renew(ctx, ns, name, holder, token, ttl)
 }
@@ -220,7 +220,7 @@ func status(t *testing.T, m *member) berthv1alpha1.BerthLeaseStatus {
 
 func TestTwoClustersOneLease(t *testing.T) {
 	env := kubeenv.StartForTest(t, kubeenv.Options{Clusters: 2})
-	leases := leaseapitest.Start(t, leaseapitest.Options{}).Client(t, client.Config{Timeout: 2 * time.Second})
+	leases := leaseapitest.Start(t, leaseapitest.Options{}).Client(t, leaseclient.Config{Timeout: 2 * time.Second})
 	var members []*member
 	for _, c := range env.Clusters {
 		members = append(members, startMember(t, c, leases))
