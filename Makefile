@@ -12,6 +12,10 @@ export KUBEBUILDER_ASSETS := $(K8S_BIN)
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a clean run with
 # "context deadline exceeded" when a duration ends mid-execution (go.dev/issue/75804).
 FUZZTIME ?= 50000x
+# A new input is minimized for at most this many executions: a smoke run needs
+# no small reproducers, and the slowest target (FuzzAgent, a few hundred
+# executions a second) would spend minutes minimizing at Go's default of 60 s.
+FUZZMINIMIZETIME ?= 100x
 FUZZ_TARGETS := \
 	./leaseapi:FuzzDecode \
 	./leaseapi:FuzzParseKey \
@@ -81,7 +85,7 @@ fuzz: ## Run each fuzz target for FUZZTIME executions (default 50000x).
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
-		$(GO) test -run='^$$' -fuzz="^$$fn$$" -fuzztime=$(FUZZTIME) $$pkg; \
+		$(GO) test -run='^$$' -fuzz="^$$fn$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg; \
 	done
 
 # `make soak` runs SEEDS random chaos schedules on one fleet (DURATION, e.g. 30m, stops
