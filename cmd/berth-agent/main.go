@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/berthfleet/berth/cmd/internal/flags"
 	"github.com/berthfleet/berth/cmd/internal/logging"
 )
 
@@ -103,7 +104,7 @@ func parseFlags(args []string, goFlags *flag.FlagSet) (options, *logging.Options
 	o.bind(fs)
 	logOpts.AddFlags(fs)
 	fs.AddGoFlagSet(goFlags)
-	if err := fs.Parse(args); err != nil {
+	if err := flags.Parse(fs, args); err != nil {
 		return o, nil, err
 	}
 	if f := goFlags.Lookup("kubeconfig"); f != nil {

@@ -39,6 +39,11 @@ func TestParseFlags(t *testing.T) {
 			want:     with(func(o *options) { o.fleetKubeconfigDir, o.leaderElect, o.operatorNamespace = "dir", true, "berth" }),
 			wantLogs: logging.Options{Format: logging.FormatText, Verbosity: 1},
 		},
+		"Go flag's single-dash spellings, as before pflag": {
+			args:     []string{"-cluster-id=east", "-lease-api-url", "http://x", "-kubeconfig=east.kubeconfig", "-managed-workloads", "-v", "2"},
+			want:     with(func(o *options) { o.clusterID, o.leaseAPIURL, o.kubeconfig, o.managedWorkloads = "east", "http://x", "east.kubeconfig", true }),
+			wantLogs: logging.Options{Format: logging.FormatText, Verbosity: 2},
+		},
 		"klog's spellings": {
 			args:     []string{"--v=4", "--vmodule=run=2"},
 			want:     defaults,

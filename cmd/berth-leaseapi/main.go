@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 
+	"github.com/berthfleet/berth/cmd/internal/flags"
 	"github.com/berthfleet/berth/cmd/internal/logging"
 	"github.com/berthfleet/berth/leaseapi/server"
 )
@@ -48,7 +49,7 @@ func parseFlags(args []string) (options, *logging.Options, error) {
 	fs := pflag.NewFlagSet("berth-leaseapi", pflag.ContinueOnError)
 	o.bind(fs)
 	logOpts.AddFlags(fs)
-	return o, logOpts, fs.Parse(args)
+	return o, logOpts, flags.Parse(fs, args)
 }
 
 // options are the command-line flags.
