@@ -105,9 +105,10 @@ func (r *BerthLeaseReconciler) checkRelease(ctx context.Context, bl *berthv1alph
 		}
 		uid, exists := uids[owner]
 		orphan := !exists || (pod.Labels[ManagedUID] != "" && pod.Labels[ManagedUID] != uid)
-		// A revoked term is released even though another BerthLease names
-		// the lease (nobody can renew it), once their Pods are gone too.
-		if orphan || (p.facts.Revoked && shared[owner]) {
+		// A revoked term, or one whose release may still land, is released
+		// even though another BerthLease names the lease (nobody can rely
+		// on it), once their Pods are gone too.
+		if orphan || ((p.facts.Revoked || p.facts.ReleaseSent) && shared[owner]) {
 			p.running = append(p.running, pod)
 			p.facts.RunningPods++
 		}

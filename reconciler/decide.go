@@ -57,6 +57,13 @@ type Facts struct {
 	// released even when another BerthLease names the lease, since nobody
 	// can renew it: checkRelease then counts their running Pods instead.
 	Revoked bool
+	// ReleaseSent: a release of the term or token this cluster holds was
+	// sent without a known outcome (the call failed): it may still land at
+	// the lease API at any time and free the term. Nobody can rely on such a
+	// term, so, like a revoked one, it is released even when another
+	// BerthLease names the lease (checkRelease then counts their running
+	// Pods), never let go of unconfirmed.
+	ReleaseSent bool
 	// KeyShared: a read of the API server just before a release found
 	// another BerthLease naming the same lease. The term is then also
 	// theirs: releasing it could free it while their Pods run, so it is let
@@ -160,7 +167,7 @@ func Decide(f Facts) Decision {
 		}
 		return d
 
-	case (f.Term != nil || f.RecoverToken > 0 || f.ReleaseToken > 0) && f.KeyShared && !f.Revoked:
+	case (f.Term != nil || f.RecoverToken > 0 || f.ReleaseToken > 0) && f.KeyShared && !f.Revoked && !f.ReleaseSent:
 		// Nothing of ours runs, but the term is another BerthLease's too.
 		return Decision{DropTerm: true}
 

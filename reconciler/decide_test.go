@@ -47,6 +47,7 @@ func podsUnknown(f *Facts)               { f.PodsUnknown = true }
 func shadowed(f *Facts)                  { f.Shadowed = true }
 func keyShared(f *Facts)                 { f.KeyShared = true }
 func revoked(f *Facts)                   { f.Revoked = true }
+func releaseSent(f *Facts)               { f.ReleaseSent = true }
 
 func TestDecide(t *testing.T) {
 	poll := t0.Add(stopPollInterval)
@@ -278,6 +279,10 @@ func TestDecide(t *testing.T) {
 			facts: facts(deleting, keyShared, withRelease(4)),
 			want:  Decision{DropTerm: true},
 		},
+		"deleting, key shared, a release of unknown outcome: release again, never let go of it": {
+			facts: facts(deleting, keyShared, releaseSent, withRelease(4)),
+			want:  release,
+		},
 		"deleting, key shared, Pods run: stop them first": {
 			facts: facts(deleting, keyShared, withTerm(heldTerm()), withRunning(1)),
 			want:  stopping,
@@ -362,8 +367,9 @@ func violations(f Facts, d Decision) []string {
 	check(d.Call != CallRelease || !podsMayRun, "CallRelease while Pods may run")
 	check(d.Call != CallRelease || !mayRun, "CallRelease while the term may run")
 	check(d.Call != CallRelease || holdsSomething, "CallRelease with nothing to release")
-	check(d.Call != CallRelease || !f.KeyShared || f.Revoked, "CallRelease of a term another BerthLease shares")
+	check(d.Call != CallRelease || !f.KeyShared || f.Revoked || f.ReleaseSent, "CallRelease of a term another BerthLease shares")
 	check(!d.DropTerm || (f.KeyShared && !f.Revoked && holdsSomething), "DropTerm of a term nobody else may renew")
+	check(!d.DropTerm || !f.ReleaseSent, "DropTerm of a term whose release may still land")
 	check(!d.DropTerm || !podsMayRun, "DropTerm while Pods may run")
 	check(!d.DropTerm || d.Call == CallNone, "DropTerm with a call")
 	check(!d.RemoveFinalizer || f.Deleting, "RemoveFinalizer while not deleting")
@@ -418,7 +424,7 @@ func (s termState) term() *Term {
 // TestDecideInvariants enumerates every combination of the facts that
 // matter and checks the invariants on each decision.
 func TestDecideInvariants(t *testing.T) {
-	const flags = 6 // Deleting, Invalid, Cordoned, Shadowed, KeyShared, Revoked
+	const flags = 7 // Deleting, Invalid, Cordoned, Shadowed, KeyShared, Revoked, ReleaseSent
 	n := 0
 	for mask := 0; mask < 1<<flags; mask++ {
 		on := func(i int) bool { return mask&(1<<i) != 0 }
@@ -429,7 +435,7 @@ func TestDecideInvariants(t *testing.T) {
 						for _, unknown := range []bool{false, true} {
 							for _, gated := range []int{0, 1} {
 								f := Facts{
-									Now: t0, Deleting: on(0), Invalid: on(1), Cordoned: on(2), Shadowed: on(3), KeyShared: on(4), Revoked: on(5),
+									Now: t0, Deleting: on(0), Invalid: on(1), Cordoned: on(2), Shadowed: on(3), KeyShared: on(4), Revoked: on(5), ReleaseSent: on(6),
 									Term: ts.term(), RecoverToken: max(rec, -rec), RecoverDeadline: t0.Add(time.Duration(rec) * time.Second), ReleaseToken: rel,
 									RunningPods: running, PodsUnknown: unknown, GatedPods: gated,
 								}
@@ -472,8 +478,8 @@ func describe(f Facts) string {
 	if f.Term != nil {
 		t = fmt.Sprintf("{token %d, renew %v, deadline %v}", f.Term.Token, f.Term.RenewDue.Sub(f.Now), f.Term.Deadline.Sub(f.Now))
 	}
-	return fmt.Sprintf("deleting=%v invalid=%v cordoned=%v shadowed=%v keyShared=%v revoked=%v term=%s recover=%d release=%d running=%d unknown=%v gated=%d",
-		f.Deleting, f.Invalid, f.Cordoned, f.Shadowed, f.KeyShared, f.Revoked, t, f.RecoverToken, f.ReleaseToken, f.RunningPods, f.PodsUnknown, f.GatedPods)
+	return fmt.Sprintf("deleting=%v invalid=%v cordoned=%v shadowed=%v keyShared=%v revoked=%v releaseSent=%v term=%s recover=%d release=%d running=%d unknown=%v gated=%d",
+		f.Deleting, f.Invalid, f.Cordoned, f.Shadowed, f.KeyShared, f.Revoked, f.ReleaseSent, t, f.RecoverToken, f.ReleaseToken, f.RunningPods, f.PodsUnknown, f.GatedPods)
 }
 
 func FuzzDecide(f *testing.F) {
@@ -498,6 +504,7 @@ func FuzzDecide(f *testing.F) {
 			Shadowed:     flags&16 != 0,
 			KeyShared:    flags&32 != 0,
 			Revoked:      flags&64 != 0,
+			ReleaseSent:  flags&128 != 0,
 			RecoverToken: rec,
 			// The recover deadline rides on the renew offset's sign.
 			RecoverDeadline: t0.Add(time.Duration(renewMs%2) * time.Second),

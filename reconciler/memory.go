@@ -73,6 +73,7 @@ func (t tenure) holds() bool {
 // without one, and whether what is held was revoked.
 func (t tenure) intoFacts(f Facts) Facts {
 	f.Revoked = t.revoked && (t.term != nil || t.releaseToken > 0)
+	f.ReleaseSent = t.releaseSent != 0 && t.holds()
 	f.Term = t.term
 	f.RecoverToken = t.recoverToken
 	f.RecoverDeadline = t.recoverDeadline

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,10 +26,25 @@ const watchWait = 30 * time.Second
 // manager starts it (SetupWithManager adds it, so it runs on the leader
 // only), and fleet mode starts it for each member cluster, for as long as
 // the cluster is a member. No long poll runs before Start or after ctx ends.
+//
+// A BerthLease reconciled before Start found no context for its long poll,
+// so Start wakes every BerthLease it remembers: the next reconcile starts
+// the poll of each that still waits.
 func (r *BerthLeaseReconciler) Start(ctx context.Context) error {
 	r.mu.Lock()
 	r.polls = ctx
+	var early []types.NamespacedName
+	for _, m := range r.memory {
+		if !slices.Contains(early, m.name) {
+			early = append(early, m.name)
+		}
+	}
 	r.mu.Unlock()
+	if r.Wake != nil {
+		for _, name := range early {
+			r.Wake(ctx, name)
+		}
+	}
 	<-ctx.Done()
 	return nil
 }
