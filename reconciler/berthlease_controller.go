@@ -168,9 +168,21 @@ func SetupController(mgr mcmanager.Manager, wakes <-chan event.TypedGenericEvent
 		// multicluster-runtime's builder does not apply the manager's
 		// SkipNameValidation itself (tests run many managers in one process).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: 4,
+			RateLimiter:        failureBackoff(),
 			SkipNameValidation: mgr.GetControllerOptions().SkipNameValidation}).
 		Named("berthlease").
 		Complete(r)
+}
+
+// failureBackoff paces the retries of a reconcile that failed: from 5 ms,
+// doubling, but never later than stopPollInterval. controller-runtime's
+// default backs off to 1,000 s and ignores RequeueAfter when a reconcile
+// fails, so a BerthLease whose reconciles keep failing (a status write
+// refused by a policy, a Pod delete failing) would renew late and miss its
+// local deadline. Each retry renews first, and stops the Pods at the
+// deadline whatever else fails.
+func failureBackoff() workqueue.TypedRateLimiter[mcreconcile.Request] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[mcreconcile.Request](5*time.Millisecond, stopPollInterval)
 }
 
 // WakeInto is a Wake that sends the BerthLease's request, in cluster, into

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi"
@@ -73,5 +75,24 @@ func TestLongPollWaitsForStart(t *testing.T) {
 	defer leases.mu.Unlock()
 	if diff := cmp.Diff([]string{"exporter"}, leases.watched); diff != "" {
 		t.Errorf("long polls (-want +got):\n%s", diff)
+	}
+}
+
+// TestFailureBackoffStaysWithinTheStopPoll: however often a BerthLease's
+// reconcile fails, it is retried within stopPollInterval, so that it still
+// renews and stops its Pods at the local deadline.
+func TestFailureBackoffStaysWithinTheStopPoll(t *testing.T) {
+	limiter := failureBackoff()
+	req := mcreconcile.Request{Request: reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "payments", Name: "exporter"}}}
+	var longest time.Duration
+	for range 100 {
+		longest = max(longest, limiter.When(req))
+	}
+	if longest != stopPollInterval {
+		t.Errorf("after 100 failures a reconcile is retried after %v, want %v at the latest (and reached)", longest, stopPollInterval)
+	}
+	limiter.Forget(req)
+	if first := limiter.When(req); first > 10*time.Millisecond {
+		t.Errorf("the first retry after a success waits %v, want a few milliseconds", first)
 	}
 }
