@@ -405,6 +405,7 @@ func (r *BerthLeaseReconciler) reconcileGone(ctx context.Context, name types.Nam
 		return ctrl.Result{}, fmt.Errorf("get BerthLease: %w", err)
 	}
 	bl, mem := r.goneOf(name)
+	mem.gone = true
 	mem.stopWatching()
 	p, d := r.settle(ctx, bl, mem)
 	if err := r.actOnPods(ctx, bl, p, d, PodsStop); err != nil {

@@ -172,6 +172,11 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 	case CallRenew, CallRecover:
 		res, err = r.LeaseClient.Renew(ctx, ns, name, req.holder, req.token, req.ttl)
 	case CallRelease:
+		if rerr := r.recordRelease(ctx, bl, mem, req.token); rerr != nil {
+			// Not sent: the decision's wake-up brings the next try.
+			log.Error(rerr, "release not sent", "token", req.token)
+			return
+		}
 		err = r.LeaseClient.Release(ctx, ns, name, req.holder, req.token)
 	}
 	now := r.Clock.Now()
@@ -191,6 +196,31 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 		log.Info("lease lost", "token", o.token, "currentHolder", o.holder)
 	case changeReleased:
 		log.Info("lease released", "token", o.token)
+	}
+}
+
+// recordRelease writes the token about to be released into status
+// (ReleasingToken) before the release is sent. A release whose outcome is
+// not known may still land at the lease API later and free the term; the
+// memory keeps that (releaseSent), and status keeps it for an agent that
+// starts anew (a restart, a fleet member replaced), which then only stops
+// the Pods and releases again instead of recovering the term and running
+// under it. A BerthLease that is gone, or superseded, has no status to
+// write: a new agent cannot recover its term from status either.
+func (r *BerthLeaseReconciler) recordRelease(ctx context.Context, bl *berthv1alpha1.BerthLease, mem *memory, token int32) error {
+	if mem.gone || mem.superseded || bl.Status.ReleasingToken == token {
+		return nil
+	}
+	patch := ctrlclient.MergeFrom(bl.DeepCopy())
+	was := bl.Status.ReleasingToken
+	bl.Status.ReleasingToken = token
+	err := r.Status().Patch(ctx, bl, patch)
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	default:
+		bl.Status.ReleasingToken = was
+		return fmt.Errorf("record the release of token %d in status: %w", token, err)
 	}
 }
 

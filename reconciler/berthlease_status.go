@@ -82,6 +82,9 @@ func computeStatus(old berthv1alpha1.BerthLeaseStatus, in statusInput) berthv1al
 	case f.RecoverToken > 0 || f.ReleaseToken > 0:
 		st.CurrentHolder, st.FencingToken = in.holder, max(f.RecoverToken, f.ReleaseToken)
 	}
+	// A release of unknown outcome, for an agent that starts anew
+	// (recordRelease wrote it before the release was sent).
+	st.ReleasingToken = mem.releaseSent
 	st.AcquiredAt = microTime(mem.observed.AcquiredAt)
 	st.RenewTime = microTime(mem.observed.RenewedAt)
 	st.ExpiresAt = microTime(mem.observed.ExpiresAt)

@@ -24,6 +24,9 @@ type memory struct {
 	// last is the BerthLease as last read: what is known of it if it
 	// vanishes (reconcileGone).
 	last *berthv1alpha1.BerthLease
+	// gone: the BerthLease is gone from the API server (reconcileGone); its
+	// status can no longer be written.
+	gone bool
 	// superseded: a BerthLease of the same name but another lease was made
 	// since; this memory's term is settled as a vanished BerthLease's, for
 	// the Pods stamped with its UID only.
@@ -93,6 +96,13 @@ func (t tenure) recoverFromStatus(st berthv1alpha1.BerthLeaseStatus, holder stri
 		return t
 	}
 	t.started = true
+	if tok := st.ReleasingToken; tok > 0 && st.CurrentHolder == holder {
+		// A release of this token was sent and never confirmed: it may
+		// still land, so the term is only kept while Pods stop, then
+		// released again, never run on.
+		t.releaseToken, t.releaseSent = tok, tok
+		return t
+	}
 	if st.LeaseState == StateHeld && st.CurrentHolder == holder && st.FencingToken > 0 {
 		t.recoverToken = st.FencingToken
 		if st.RenewTime != nil {

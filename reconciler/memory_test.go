@@ -350,6 +350,14 @@ func TestRecoverFromStatus(t *testing.T) {
 			status: held(us, 7, nil),
 			want:   tenure{started: true, recoverToken: 7},
 		},
+		"a release of this cluster's token was sent, not confirmed: release it again, never recover it": {
+			status: func() berthv1alpha1.BerthLeaseStatus { st := held(us, 7, &lastRenew); st.ReleasingToken = 7; return st }(),
+			want:   tenure{started: true, releaseToken: 7, releaseSent: 7},
+		},
+		"another cluster's unconfirmed release: nothing to recover": {
+			status: func() berthv1alpha1.BerthLeaseStatus { st := held(other, 7, &lastRenew); st.ReleasingToken = 7; return st }(),
+			want:   tenure{started: true},
+		},
 		"held by another cluster: nothing to recover": {
 			status: held(other, 7, &lastRenew),
 			want:   tenure{started: true},

@@ -61,6 +61,15 @@ type BerthLeaseStatus struct {
 	// +optional
 	FencingToken int32 `json:"fencingToken,omitempty"`
 
+	// ReleasingToken is a fencing token of this cluster whose release was
+	// sent and not confirmed: it may still land at the lease API at any time
+	// and free the term. The agent records it before it sends a release, so
+	// that an agent that starts anew (a restart, a fleet member replaced)
+	// never runs Pods under that term again: it only stops them and releases
+	// it. Cleared once a release is confirmed.
+	// +optional
+	ReleasingToken int32 `json:"releasingToken,omitempty"`
+
 	// AcquiredAt, RenewTime and ExpiresAt are the lease API's times of the
 	// current term.
 	// +optional
