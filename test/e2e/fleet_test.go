@@ -47,10 +47,14 @@ func startFleet(t *testing.T) *run {
 }
 
 // startFleetWith is startFleet with options (NoAgents, say); the clusters,
-// binaries, folders, workload and log are the suite's.
+// binaries, folders and log are the suite's, and so is the workload unless
+// opts names one (with the suite's namespace, name and replicas).
 func startFleetWith(t *testing.T, opts localfleet.Options) *run {
 	t.Helper()
-	opts.Clusters, opts.BinDir, opts.WorkDir, opts.Workload = 3, binaries.Dir, t.TempDir(), workload
+	if opts.Workload.Name == "" {
+		opts.Workload = workload
+	}
+	opts.Clusters, opts.BinDir, opts.WorkDir = 3, binaries.Dir, t.TempDir()
 	opts.Log = testr.NewWithOptions(t, testr.Options{})
 	f, err := localfleet.Start(t.Context(), opts)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthfleet/berth/test/localfleet"
 	"github.com/berthfleet/berth/test/poll"
 )
 
@@ -18,7 +19,11 @@ import (
 // afresh. The held release is then delivered. The history (judged when the
 // test ends) shows no moment with two clusters running.
 func TestReleaseOfUnknownOutcome(t *testing.T) {
-	r := startFleet(t)
+	// A TTL long enough that the restarted agent is back well within the
+	// term's validity, when recovering it is what an agent does.
+	w := workload
+	w.TTLSeconds, w.HeartbeatSeconds = 15, 5
+	r := startFleetWith(t, localfleet.Options{Workload: w})
 	holder, _ := r.runner(t, 90*time.Second, "one cluster runs both replicas")
 	m := r.Member(holder)
 	ctx := t.Context()
@@ -29,6 +34,9 @@ func TestReleaseOfUnknownOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.For(t, 30*time.Second, holder+"'s release is sent and held back", func() bool { return m.Proxy.Held() > 0 })
+	if l, err := r.LeaseAPI.Admin.GetLease(ctx, workload.Namespace, workload.Name); err != nil || l.Holder != holder {
+		t.Fatalf("lease while %s's release is held back: %+v, %v; want still %s's", holder, l, err, holder)
+	}
 	if st := m.BerthLease(ctx).Status; st.ReleasingToken == 0 {
 		t.Errorf("status while the release is in flight: releasingToken 0, want the token released (status %+v)", st)
 	}
@@ -44,7 +52,7 @@ func TestReleaseOfUnknownOutcome(t *testing.T) {
 	r.runner(t, 60*time.Second, "some cluster runs both replicas after the restart")
 	delivered := time.Now()
 	m.Proxy.DeliverHeld()
-	time.Sleep(2 * ttl)
+	time.Sleep(time.Duration(w.TTLSeconds) * time.Second) // the holder renews at least three times meanwhile
 	runner, _ := r.runner(t, 60*time.Second, "some cluster runs both replicas after the late release landed")
 	t.Logf("the held release of %s landed %s ago; %s runs, tokens %v", holder, time.Since(delivered).Round(time.Millisecond), runner, r.tokens())
 	r.record(t, "release of unknown outcome, agent restarted", 0)
