@@ -299,7 +299,7 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			if err := r.Update(ctx, bl); err != nil && !apierrors.IsNotFound(err) {
 				return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
 			}
-			log.Info("lease released and finalizer removed")
+			log.Info("finalizer removed: nothing of the BerthLease runs or is held here any more")
 		}
 		return ctrl.Result{}, nil
 	}
