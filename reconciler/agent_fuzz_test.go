@@ -32,7 +32,8 @@ import (
 // An agent is never late: it reconciles by the wake-up its last decision
 // asked for (a reconcile may come earlier, as events bring it). Past that,
 // nothing is promised (an agent down longer than its validity). An agent's
-// restart ends its requests in flight (restartAgent says why).
+// requests in flight still land after it restarts; a release is recorded in
+// status before it is sent, and not sent when that write fails.
 //
 // Checked at every decision: the invariants of TestDecide. Over the whole
 // sequence:
@@ -136,6 +137,9 @@ type simAgent struct {
 	// wake: the agent reconciles by then (when no call is in flight).
 	wake    time.Time
 	pending *simCall
+	// releasing is the release recorded in status before it was sent
+	// (recordRelease), until the next status write replaces it.
+	releasing int32
 	// the current reconcile's draws.
 	podsUnknown, statusFails bool
 	killDelay                time.Duration
@@ -334,7 +338,7 @@ func (s *fleetSim) checkPods(until time.Time) {
 func (s *fleetSim) observe(i int) Facts {
 	a := s.agents[i]
 	if !a.mem.started {
-		a.mem = a.mem.recoverFromStatus(computeStatus(berthv1alpha1.BerthLeaseStatus{}, a.status), a.holder, s.ttl, s.now)
+		a.mem = a.mem.recoverFromStatus(a.statusNow(), a.holder, s.ttl, s.now)
 	}
 	var fenced bool
 	if a.mem, fenced = a.mem.checkDeadline(s.now); fenced {
@@ -386,6 +390,10 @@ func (s *fleetSim) reconcile(i int) {
 	case d.DropTerm:
 		a.mem, _ = a.mem.dropTerm()
 		s.finish(i, s.observe(i))
+	case d.Call == CallRelease && a.statusFails:
+		// recordRelease failed: the release is not sent.
+		s.note(func() string { return fmt.Sprintf("%s: release not sent (recording it in status failed)", a.holder) })
+		s.finishWith(i, f, d)
 	case d.Call != CallNone:
 		s.send(i, d.Call)
 	default:
@@ -411,6 +419,9 @@ func (s *fleetSim) send(i int, c Call) {
 	}
 	if c == CallRelease && a.pod != podGated {
 		s.fail("%s releases token %d while its Pod may run", a.holder, token)
+	}
+	if c == CallRelease {
+		a.releasing = token
 	}
 	req := request{call: c, holder: a.holder, token: token, ttl: s.ttl, heartbeat: s.hb, sent: s.now}
 	cut := s.now.Add(DefaultCallTimeout)
@@ -537,6 +548,7 @@ func (s *fleetSim) finishWith(i int, f Facts, d Decision) {
 	// The status is computed when a restarted agent reads it: what recovery
 	// reads of it does not depend on the status before.
 	a.status = statusInput{generation: 1, holder: a.holder, facts: f, decision: d, mem: memory{tenure: a.mem}}
+	a.releasing = 0
 	if d.Pods != PodsUngate || a.pod != podGated || !s.now.Before(f.Term.Deadline) {
 		return
 	}
@@ -549,28 +561,30 @@ func (s *fleetSim) finishWith(i int, f Facts, d Decision) {
 }
 
 // restartAgent restarts an agent: it forgets everything but status. The
-// new process looks by when the old one would have. Its requests that have
-// not landed yet never land: a restarted agent cannot know of a release it
-// sent (status has no place for it), so a release landing after the new
-// process renewed the same token would free the term under its Pods. The
-// model assumes that the lease API drops a request whose client has gone.
+// new process looks by when the old one would have. Its requests in flight
+// still land at the lease API (a release among them may free the term
+// after the new process renewed it, unless status recorded it: recordRelease).
 func (s *fleetSim) restartAgent(i int) {
 	a := s.agents[i]
 	if a.pending != nil {
 		a.wake = a.pending.answerAt
 		a.pending = nil
 	}
-	for j := 0; j < len(s.inflight); j++ {
-		if s.inflight[j].agent == i {
-			s.inflight = append(s.inflight[:j], s.inflight[j+1:]...)
-			j--
-		}
-	}
 	a.mem = tenure{}
 	s.note(func() string {
-		st := computeStatus(berthv1alpha1.BerthLeaseStatus{}, a.status)
+		st := a.statusNow()
 		return fmt.Sprintf("%s: agent restarted (status %s token %d renewed %v)", a.holder, st.LeaseState, st.FencingToken, st.RenewTime)
 	})
+}
+
+// statusNow is the agent's status as the API server has it: the last status
+// write, and the release recorded since.
+func (a *simAgent) statusNow() berthv1alpha1.BerthLeaseStatus {
+	st := computeStatus(berthv1alpha1.BerthLeaseStatus{}, a.status)
+	if a.releasing != 0 {
+		st.ReleasingToken = a.releasing
+	}
+	return st
 }
 
 func latest(a, b time.Time) time.Time {
