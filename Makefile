@@ -64,7 +64,8 @@ vet: ## Run go vet.
 	$(GO) vet ./...
 
 .PHONY: lint
-lint: $(TOOLS_BIN)/golangci-lint ## Run golangci-lint.
+lint: $(TOOLS_BIN)/golangci-lint ## Check formatting (gofmt) and run golangci-lint.
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); test -z "$$unformatted" || { echo "gofmt would change: $$unformatted"; exit 1; }
 	$(TOOLS_BIN)/golangci-lint run ./...
 
 ##@ Testing

@@ -28,6 +28,7 @@ import (
 	"github.com/berthfleet/berth/leaseapi/leaseapitest"
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/builders"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 // These tests drive Members as the controller would, on an injected clock:
@@ -319,13 +320,7 @@ func TestLeaveWaitsForAReleaseInFlight(t *testing.T) {
 	go func() { left <- f.leave("east") }()
 	// Leave must still wait while the release hangs, however much fake
 	// time passes.
-	deadline := time.Now().Add(5 * time.Second)
-	for f.leases["east"].releases.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if f.leases["east"].releases.Load() == 0 {
-		t.Fatal("the leaving cluster never sent its release")
-	}
+	poll.For(t, 5*time.Second, "the leaving cluster sends its release", func() bool { return f.leases["east"].releases.Load() > 0 })
 	select {
 	case took := <-left:
 		t.Fatalf("Leave returned after %v while the release was still in flight", took)
@@ -402,11 +397,5 @@ func TestEndedEngagementLeavesTheMemberSet(t *testing.T) {
 	f := newFleet(t)
 	_, cancel := f.join("east")
 	cancel()
-	deadline := time.Now().Add(5 * time.Second)
-	for f.members.member("east") != nil && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if f.members.member("east") != nil {
-		t.Error("a cluster whose engagement ended is still a member")
-	}
+	poll.For(t, 5*time.Second, "a cluster whose engagement ended leaves the member set", func() bool { return f.members.member("east") == nil })
 }

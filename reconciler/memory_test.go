@@ -327,6 +327,12 @@ func TestAfterAnswer(t *testing.T) {
 	}
 }
 
+// withReleasing is st with a release of token recorded (recordRelease).
+func withReleasing(st berthv1alpha1.BerthLeaseStatus, token int32) berthv1alpha1.BerthLeaseStatus {
+	st.ReleasingToken = token
+	return st
+}
+
 func TestRecoverFromStatus(t *testing.T) {
 	now := t0.Add(5 * time.Second)
 	lastRenew := metav1.NewTime(t0)
@@ -351,11 +357,11 @@ func TestRecoverFromStatus(t *testing.T) {
 			want:   tenure{started: true, recoverToken: 7},
 		},
 		"a release of this cluster's token was sent, not confirmed: release it again, never recover it": {
-			status: func() berthv1alpha1.BerthLeaseStatus { st := held(us, 7, &lastRenew); st.ReleasingToken = 7; return st }(),
+			status: withReleasing(held(us, 7, &lastRenew), 7),
 			want:   tenure{started: true, releaseToken: 7, releaseSent: 7},
 		},
 		"another cluster's unconfirmed release: nothing to recover": {
-			status: func() berthv1alpha1.BerthLeaseStatus { st := held(other, 7, &lastRenew); st.ReleasingToken = 7; return st }(),
+			status: withReleasing(held(other, 7, &lastRenew), 7),
 			want:   tenure{started: true},
 		},
 		"held by another cluster: nothing to recover": {

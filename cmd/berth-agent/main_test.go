@@ -40,8 +40,10 @@ func TestParseFlags(t *testing.T) {
 			wantLogs: logging.Options{Format: logging.FormatText, Verbosity: 1},
 		},
 		"Go flag's single-dash spellings, as before pflag": {
-			args:     []string{"-cluster-id=east", "-lease-api-url", "http://x", "-kubeconfig=east.kubeconfig", "-managed-workloads", "-v", "2"},
-			want:     with(func(o *options) { o.clusterID, o.leaseAPIURL, o.kubeconfig, o.managedWorkloads = "east", "http://x", "east.kubeconfig", true }),
+			args: []string{"-cluster-id=east", "-lease-api-url", "http://x", "-kubeconfig=east.kubeconfig", "-managed-workloads", "-v", "2"},
+			want: with(func(o *options) {
+				o.clusterID, o.leaseAPIURL, o.kubeconfig, o.managedWorkloads = "east", "http://x", "east.kubeconfig", true
+			}),
 			wantLogs: logging.Options{Format: logging.FormatText, Verbosity: 2},
 		},
 		"klog's spellings": {
