@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/multicluster-runtime/pkg/clusters"
@@ -45,6 +46,9 @@ type KubeconfigDir struct {
 	Interval time.Duration
 	// ClusterOptions configure each cluster (scheme, cache).
 	ClusterOptions []cluster.Option
+	// ConfigureREST, when set, adjusts each cluster's client configuration
+	// (its rate limits) before the cluster is made.
+	ConfigureREST func(*rest.Config)
 	Log            logr.Logger
 	// BeforeLeave, when set, is called when a cluster's file is gone and
 	// before the cluster is disengaged, while its client, cache and
@@ -143,6 +147,9 @@ func (p *KubeconfigDir) engage(ctx context.Context, aware multicluster.Aware, na
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	if p.ConfigureREST != nil {
+		p.ConfigureREST(cfg)
 	}
 	cl, err := cluster.New(cfg, p.ClusterOptions...)
 	if err != nil {

@@ -26,8 +26,10 @@ import (
 )
 
 // LeaseClient is what a member cluster does at the lease API: register, and
-// hold leases. A client that also offers reconciler.LeaseWatcher gives its
-// reconciler long polls.
+// hold leases. A client that also offers reconciler.BatchRenewer,
+// LeaseStreamer and LeaseReader (leaseclient.Client does) gives its
+// reconciler batched renewals, the change stream, and recovery from the
+// lease API's record after a restart.
 type LeaseClient interface {
 	Registry
 	reconciler.LeaseClient
@@ -60,6 +62,9 @@ type Members struct {
 	// HeartbeatInterval paces each cluster's registration
 	// (DefaultHeartbeatInterval).
 	HeartbeatInterval time.Duration
+	// ConcurrentReconciles is how many BerthLeases the controller reconciles
+	// at once, over all clusters (reconciler.DefaultConcurrentReconciles).
+	ConcurrentReconciles int
 	// Clock paces handovers and is each reconciler's clock (the real clock
 	// when nil).
 	Clock clock.WithTicker
@@ -107,7 +112,7 @@ func (f *Members) SetupWithManager(mgr mcmanager.Manager) error {
 	if err := mgr.Add(f); err != nil {
 		return err
 	}
-	if err := reconciler.SetupController(mgr, f.wakes, f); err != nil {
+	if err := reconciler.SetupController(mgr, f.wakes, f.ConcurrentReconciles, f); err != nil {
 		return fmt.Errorf("set up the BerthLease controller: %w", err)
 	}
 	return mgr.AddReadyzCheck("registered", f.Checker)

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +32,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/leaseapi"
 	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 )
 
@@ -103,16 +105,23 @@ type BerthLeaseReconciler struct {
 	Membership func() (reason, message string)
 
 	// Wake asks for a BerthLease to be reconciled now, when no watch event
-	// would bring it (a long poll saw its lease change). Whoever runs the
-	// reconciler's controller sets it: SetupWithManager, or fleet mode for
-	// each member cluster. Without it no long poll runs.
+	// would bring it: the change stream saw its lease change, or the
+	// renewer has news of its term. Whoever runs the reconciler's
+	// controller sets it: SetupWithManager, or fleet mode for each member
+	// cluster. Start needs it.
 	Wake func(ctx context.Context, name types.NamespacedName)
+
+	// ConcurrentReconciles is how many BerthLeases are reconciled at once
+	// (DefaultConcurrentReconciles).
+	ConcurrentReconciles int
 
 	defaultsOnce sync.Once
 	mu           sync.Mutex
 	memory       map[types.UID]*memory
-	// polls is the context long polls run under (Start).
-	polls context.Context
+	// renewals renews the running terms in batches (Start).
+	renewals renewer
+	// changes follows the lease API's change stream (Start).
+	changes stream
 	// holding holds the BerthLeases whose last reconcile ended keeping a
 	// term or a token to recover or release (Holding).
 	holding map[types.UID]bool
@@ -120,7 +129,8 @@ type BerthLeaseReconciler struct {
 
 // SetupWithManager runs the reconciler under a controller of mgr's own
 // cluster (single-cluster mode): the controller SetupController declares,
-// and the reconciler's long polls for as long as the manager leads.
+// and the reconciler's renewals and change stream (Start) for as long as
+// the manager leads.
 func (r *BerthLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.LeaseClient == nil {
 		return errors.New("BerthLeaseReconciler needs a LeaseClient")
@@ -145,18 +155,23 @@ func (r *BerthLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	return SetupController(local, wakes, mcreconcile.Func(func(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
+	r.defaults()
+	return SetupController(local, wakes, r.ConcurrentReconciles, mcreconcile.Func(func(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
 		return r.Reconcile(ctx, req.Request)
 	}))
 }
+
+// DefaultConcurrentReconciles is how many BerthLeases a cluster's
+// controller reconciles at once by default.
+const DefaultConcurrentReconciles = 8
 
 // SetupController declares the BerthLease controller, once for both modes:
 // it reconciles each BerthLease on changes to it, to its managed Pods, and
 // on the wake-ups its reconciler asks for (wakes). On a manager without a
 // provider it watches the manager's own cluster (single-cluster mode); with
 // one, every cluster the provider engages (fleet mode), each request naming
-// its cluster.
-func SetupController(mgr mcmanager.Manager, wakes <-chan event.TypedGenericEvent[mcreconcile.Request], r mcreconcile.Reconciler) error {
+// its cluster. It runs concurrent reconciles at once.
+func SetupController(mgr mcmanager.Manager, wakes <-chan event.TypedGenericEvent[mcreconcile.Request], concurrent int, r mcreconcile.Reconciler) error {
 	if err := IndexBerthLeases(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
@@ -167,7 +182,7 @@ func SetupController(mgr mcmanager.Manager, wakes <-chan event.TypedGenericEvent
 		WatchesRawSource(source.TypedChannel(wakes, enqueueWake)).
 		// multicluster-runtime's builder does not apply the manager's
 		// SkipNameValidation itself (tests run many managers in one process).
-		WithOptions(controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: 4,
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: cmp.Or(concurrent, DefaultConcurrentReconciles),
 			RateLimiter:        failureBackoff(),
 			SkipNameValidation: mgr.GetControllerOptions().SkipNameValidation}).
 		Named("berthlease").
@@ -232,6 +247,10 @@ func (r *BerthLeaseReconciler) defaults() {
 		if r.APIReader == nil {
 			r.APIReader = r.Client
 		}
+		if r.ConcurrentReconciles <= 0 {
+			r.ConcurrentReconciles = DefaultConcurrentReconciles
+		}
+		r.renewals.kick = make(chan struct{}, 1)
 		r.mu.Lock()
 		r.memory = map[types.UID]*memory{}
 		r.holding = map[types.UID]bool{}
@@ -259,8 +278,6 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if err := r.Update(ctx, bl); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
-		// The update's watch event brings the next reconcile.
-		return ctrl.Result{}, nil
 	}
 
 	mem := r.memoryOf(bl)
@@ -289,7 +306,7 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}
 	observeLease(r.ClusterIdentity, bl, p.facts, d)
-	r.watch(ctx, bl, mem, waitingForOther(p, mem, d))
+	r.handOver(mem, r.batchSpecFor(bl, p, mem, d))
 	supersededLeft := r.settleSuperseded(ctx, bl)
 	if d.RemoveFinalizer {
 		r.forget(bl.UID)
@@ -383,7 +400,10 @@ func (r *BerthLeaseReconciler) decide(ctx context.Context, bl *berthv1alpha1.Ber
 // names the same lease and keeps renewing it, or it expires.
 func (r *BerthLeaseReconciler) dropTerm(ctx context.Context, mem *memory, p *observation) {
 	var token int32
-	mem.tenure, token = mem.dropTerm()
+	mem.update(func(t tenure) tenure {
+		t, token = t.dropTerm()
+		return t
+	})
 	logr.FromContextOrDiscard(ctx).Info("letting go of the term without releasing it: another BerthLease names the same lease",
 		"token", token, "otherBerthLease", p.sharedWith)
 }
@@ -406,7 +426,7 @@ func (r *BerthLeaseReconciler) reconcileGone(ctx context.Context, name types.Nam
 	}
 	bl, mem := r.goneOf(name)
 	mem.gone = true
-	mem.stopWatching()
+	r.handOver(mem, nil)
 	p, d := r.settle(ctx, bl, mem)
 	if err := r.actOnPods(ctx, bl, p, d, PodsStop); err != nil {
 		return ctrl.Result{}, err
@@ -432,7 +452,7 @@ func (r *BerthLeaseReconciler) goneOf(name types.NamespacedName) (*berthv1alpha1
 	defer r.mu.Unlock()
 	var found *memory
 	for _, m := range r.memory {
-		if m.name == name && m.last != nil && (found == nil || m.term != nil) {
+		if m.name == name && m.last != nil && (found == nil || m.read().term != nil) {
 			found = m
 		}
 	}
@@ -443,7 +463,7 @@ func (r *BerthLeaseReconciler) goneOf(name types.NamespacedName) (*berthv1alpha1
 		ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name},
 		Spec:       berthv1alpha1.BerthLeaseSpec{TTLSeconds: minTTLSeconds, HeartbeatIntervalSeconds: 1},
 	})
-	return bl, &memory{name: name, tenure: tenure{started: true}}
+	return bl, &memory{name: name, key: leaseapi.Key{Namespace: name.Namespace, Name: name.Name}.String(), tenure: tenure{started: true}}
 }
 
 // goneCopy is bl as a BerthLease that is gone is decided on: marked deleted.
@@ -456,13 +476,16 @@ func (r *BerthLeaseReconciler) goneCopy(bl *berthv1alpha1.BerthLease) *berthv1al
 
 // result schedules the next look: at the decision's wake-up, or, while
 // waiting for another holder's lease, when that lease could next be free.
+// A term the renewer renews needs none: the renewer wakes the BerthLease
+// when there is news of it or its deadline passes.
 func (r *BerthLeaseReconciler) result(p *observation, mem *memory, d Decision) ctrl.Result {
 	now := r.Clock.Now()
 	wake := d.Wake
 	switch {
 	case !wake.IsZero():
+	case p.facts.MayRun() && p.facts.BatchRenewed:
 	case !p.facts.mustYield() && p.facts.Term == nil:
-		wake = now.Add(r.waitInterval(p, mem))
+		wake = now.Add(r.waitInterval(p, mem.read()))
 	case p.facts.Shadowed && !p.facts.Deleting:
 		// No event says when the older BerthLease is gone for good.
 		wake = now.Add(p.heartbeat)
@@ -477,22 +500,20 @@ func (r *BerthLeaseReconciler) result(p *observation, mem *memory, d Decision) c
 	return ctrl.Result{RequeueAfter: max(wake.Sub(now), 10*time.Millisecond)}
 }
 
-// waitingForOther reports whether this cluster waits for a lease another
-// holder has: then a long poll tells it when the lease comes free.
-func waitingForOther(p *observation, mem *memory, d Decision) bool {
-	return p.facts.Term == nil && !p.facts.mustYield() && d.Pods == PodsNone &&
-		mem.apiErr == nil && mem.observed.Holder != "" && mem.observed.Holder != p.holder
-}
-
-// waitInterval is how long a waiting cluster waits before trying again: a
-// heartbeat, or less when the holder's term ends sooner, so that a takeover
-// follows an expiry closely.
-func (r *BerthLeaseReconciler) waitInterval(p *observation, mem *memory) time.Duration {
+// waitInterval is how long a waiting cluster waits before trying again.
+// While the change stream is connected, it tells when the lease changes,
+// and the wait is only a backstop. Without it: a heartbeat, or less when
+// the holder's term ends sooner, so that a takeover follows an expiry
+// closely.
+func (r *BerthLeaseReconciler) waitInterval(p *observation, t tenure) time.Duration {
 	wait := p.heartbeat
-	if mem.apiErr != nil {
+	switch {
+	case t.apiErr != nil:
 		return retryInterval(p.heartbeat)
+	case r.changes.up.Load() && t.observed.Holder != "" && t.observed.Holder != p.holder:
+		return waitBackstop()
 	}
-	if exp := mem.observed.ExpiresAt; !exp.IsZero() && mem.observed.Holder != "" {
+	if exp := t.observed.ExpiresAt; !exp.IsZero() && t.observed.Holder != "" {
 		// Wall clocks of two machines: good enough to schedule a retry,
 		// never used to decide anything.
 		until := time.Until(exp) + 50*time.Millisecond
@@ -506,7 +527,7 @@ func (r *BerthLeaseReconciler) memoryOf(bl *berthv1alpha1.BerthLease) *memory {
 	defer r.mu.Unlock()
 	m, ok := r.memory[bl.UID]
 	if !ok {
-		m = &memory{name: ctrlclient.ObjectKeyFromObject(bl)}
+		m = &memory{name: ctrlclient.ObjectKeyFromObject(bl), key: leaseapi.Key{Namespace: bl.Namespace, Name: bl.EffectiveLeaseName()}.String()}
 		// An earlier BerthLease of this name is gone (made anew without its
 		// finalizer having run). A term it held for the same lease is this
 		// one's to carry on, with its deadline, so that it is renewed while
@@ -517,16 +538,20 @@ func (r *BerthLeaseReconciler) memoryOf(bl *berthv1alpha1.BerthLease) *memory {
 			if old.name != m.name {
 				continue
 			}
-			if old.holds() {
+			if t := old.read(); t.holds() {
 				if old.last != nil && old.last.EffectiveLeaseName() != bl.EffectiveLeaseName() {
 					old.superseded = true
+					old.mu.Lock()
+					old.batch = nil
+					old.mu.Unlock()
 					continue
 				}
-				m.tenure = old.carriedOver()
+				m.tenure = t.carriedOver()
 			}
 			r.dropLocked(uid)
 		}
 		r.memory[bl.UID] = m
+		r.index(m, true)
 	}
 	m.last = bl.DeepCopy()
 	return m
@@ -549,10 +574,11 @@ func (r *BerthLeaseReconciler) forget(uid types.UID) {
 	r.dropLocked(uid)
 }
 
-// dropLocked forgets one BerthLease and ends its long poll; r.mu is held.
+// dropLocked forgets one BerthLease; r.mu is held. The renewer no longer
+// sees its term.
 func (r *BerthLeaseReconciler) dropLocked(uid types.UID) {
 	if m, ok := r.memory[uid]; ok {
-		m.stopWatching()
+		r.index(m, false)
 	}
 	delete(r.memory, uid)
 	delete(r.holding, uid)
@@ -562,7 +588,7 @@ func (r *BerthLeaseReconciler) dropLocked(uid types.UID) {
 // keeps a term or a token to recover or release. A BerthLease forgotten
 // meanwhile stays forgotten.
 func (r *BerthLeaseReconciler) noteHolding(uid types.UID, mem *memory) {
-	holds := mem.holds()
+	holds := mem.read().holds()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, known := r.memory[uid]; !known || !holds {
@@ -570,6 +596,17 @@ func (r *BerthLeaseReconciler) noteHolding(uid types.UID, mem *memory) {
 		return
 	}
 	r.holding[uid] = true
+}
+
+// batchSpecFor is how the renewer renews bl's term after this reconcile:
+// while the decision is to run its Pods and renewals go in batches, nil
+// otherwise (the reconcile renews the term itself while it stops, and the
+// renewer no longer sees it).
+func (r *BerthLeaseReconciler) batchSpecFor(bl *berthv1alpha1.BerthLease, p *observation, mem *memory, d Decision) *batchSpec {
+	if !p.facts.BatchRenewed || d.Phase != PhaseActive || p.facts.Term == nil || mem.gone || mem.superseded {
+		return nil
+	}
+	return &batchSpec{namespace: bl.Namespace, lease: bl.EffectiveLeaseName(), holder: p.holder, ttl: p.ttl, heartbeat: p.heartbeat}
 }
 
 // holder is the identity this agent acts as for bl.

@@ -14,6 +14,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/leaseapi"
 	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 )
 
@@ -23,6 +24,8 @@ type observation struct {
 	holder    string
 	ttl       time.Duration
 	heartbeat time.Duration
+	// tenure is the memory's tenure the facts were taken from.
+	tenure tenure
 	// specErr explains Facts.Invalid.
 	specErr error
 	// yieldReason and yieldMessage explain Facts.Cordoned.
@@ -72,7 +75,11 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 		heartbeat: time.Duration(bl.Spec.HeartbeatIntervalSeconds) * time.Second,
 	}
 	p.specErr = r.validateSpec(bl)
-	mem.tenure = mem.recoverFromStatus(bl.Status, p.holder, p.ttl, r.Clock.Now())
+	if !mem.read().started {
+		renewedAt := r.lastRenewal(ctx, bl, p.holder)
+		now := r.Clock.Now()
+		mem.update(func(t tenure) tenure { return t.recoverFromStatus(bl.Status, p.holder, p.ttl, renewedAt, now) })
+	}
 	podsUnknown := false
 	if r.ManagedWorkloads {
 		if err := r.listPods(ctx, bl, p); err != nil {
@@ -95,11 +102,16 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 	}
 	now := r.Clock.Now()
 	var fenced bool
-	if mem.tenure, fenced = mem.checkDeadline(now); fenced {
-		logr.FromContextOrDiscard(ctx).Info("local deadline passed without a renewal: self-fencing", "token", mem.term.Token)
+	t := mem.update(func(t tenure) tenure {
+		t, fenced = t.checkDeadline(now)
+		return t
+	})
+	if fenced {
+		logr.FromContextOrDiscard(ctx).Info("local deadline passed without a renewal: self-fencing", "token", t.term.Token)
 		selfFences.WithLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name).Inc()
 	}
-	p.facts = mem.intoFacts(Facts{
+	p.tenure = t
+	p.facts = t.intoFacts(Facts{
 		Now:         now,
 		Deleting:    !bl.DeletionTimestamp.IsZero(),
 		Invalid:     p.specErr != nil,
@@ -108,8 +120,50 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 		RunningPods: len(p.running),
 		PodsUnknown: podsUnknown,
 		GatedPods:   len(p.gated),
+		// A BerthLease that is gone or superseded has no reconcile the
+		// renewer could wake; it is renewed by settling it.
+		BatchRenewed: r.batching() && !mem.gone && !mem.superseded,
 	})
 	return p
+}
+
+// lastRenewal is when the term status says this holder holds was last
+// renewed, for a recovery after a restart (recoverFromStatus): the lease
+// API's record of it, when the record still shows that term. A record of
+// another term means the term is over: zero, so the Pods stop first. When
+// the lease API cannot be read, the renew time an agent of an earlier
+// release wrote into status, if any, stands in (status is no longer
+// written at each renewal).
+func (r *BerthLeaseReconciler) lastRenewal(ctx context.Context, bl *berthv1alpha1.BerthLease, holder string) time.Time {
+	st := bl.Status
+	if st.LeaseState != StateHeld || st.CurrentHolder != holder || st.FencingToken == 0 || st.ReleasingToken > 0 {
+		return time.Time{}
+	}
+	lr, ok := r.LeaseClient.(LeaseReader)
+	if !ok {
+		return time.Time{}
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+	defer cancel()
+	l, err := lr.GetLease(ctx, bl.Namespace, bl.EffectiveLeaseName())
+	switch {
+	case err != nil:
+		logr.FromContextOrDiscard(ctx).Error(err, "cannot read the lease's last renewal to recover the term status records")
+		if st.RenewTime != nil {
+			return st.RenewTime.Time
+		}
+		return time.Time{}
+	case l.Holder != holder || l.FencingToken != st.FencingToken:
+		return time.Time{}
+	}
+	return l.RenewedAt
+}
+
+// LeaseReader is what a LeaseClient may also offer: a lease's record
+// (leaseclient.Client.GetLease). A restarted agent reads when the term it
+// recovers was last renewed from it.
+type LeaseReader interface {
+	GetLease(ctx context.Context, namespace, name string) (leaseapi.Lease, error)
 }
 
 func (r *BerthLeaseReconciler) listPods(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation) error {
@@ -153,7 +207,8 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 	ns, name := bl.Namespace, bl.EffectiveLeaseName()
 	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
-	if deadline := mem.callDeadline(); r.Clock.Now().Before(deadline) {
+	t := mem.read()
+	if deadline := t.callDeadline(); r.Clock.Now().Before(deadline) {
 		// Never hold the reconcile past the local deadline: at the
 		// deadline, stopping comes first.
 		var cancelAtDeadline context.CancelFunc
@@ -161,7 +216,7 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 		defer cancelAtDeadline()
 	}
 
-	req := request{call: c, holder: p.holder, token: mem.tokenFor(c), ttl: p.ttl, heartbeat: p.heartbeat, sent: r.Clock.Now()}
+	req := request{call: c, holder: p.holder, token: t.tokenFor(c), ttl: p.ttl, heartbeat: p.heartbeat, sent: r.Clock.Now()}
 	var (
 		res leaseclient.AcquireResult
 		err error
@@ -182,7 +237,10 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 	now := r.Clock.Now()
 	observeCall(c, req.sent, now, err)
 	var o outcome
-	mem.tenure, o = mem.afterAnswer(req, res, err, now)
+	mem.update(func(t tenure) tenure {
+		t, o = t.afterAnswer(req, res, err, now)
+		return t
+	})
 	switch o.change {
 	case changeFailed:
 		if c == CallRelease {

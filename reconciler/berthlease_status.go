@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 )
 
 // Condition reasons (defined in api/v1alpha1, names.go).
@@ -41,7 +43,7 @@ type statusInput struct {
 	holder     string
 	facts      Facts
 	decision   Decision
-	mem        memory
+	tenure     tenure
 	specErr    error
 	managed    int
 	// yieldReason and yieldMessage say why the fleet asks for a handover.
@@ -53,7 +55,7 @@ type statusInput struct {
 // computeStatus is the status the facts describe. It is pure: conditions keep
 // their transition times when they do not change.
 func computeStatus(old berthv1alpha1.BerthLeaseStatus, in statusInput) berthv1alpha1.BerthLeaseStatus {
-	f, mem := in.facts, in.mem
+	f, mem := in.facts, in.tenure
 	st := old.DeepCopy()
 	st.ObservedGeneration = in.generation
 	st.Phase = in.decision.Phase
@@ -85,9 +87,11 @@ func computeStatus(old berthv1alpha1.BerthLeaseStatus, in statusInput) berthv1al
 	// A release of unknown outcome, for an agent that starts anew
 	// (recordRelease wrote it before the release was sent).
 	st.ReleasingToken = mem.releaseSent
+	// The term's start changes only with the term. Renewals are not
+	// written: a write per renewal and lease does not scale (metrics and
+	// the lease API have them).
 	st.AcquiredAt = microTime(mem.observed.AcquiredAt)
-	st.RenewTime = microTime(mem.observed.RenewedAt)
-	st.ExpiresAt = microTime(mem.observed.ExpiresAt)
+	st.RenewTime, st.ExpiresAt = nil, nil
 
 	acquired := acquiredCondition(in)
 	acquired.ObservedGeneration = in.generation
@@ -99,7 +103,7 @@ func computeStatus(old berthv1alpha1.BerthLeaseStatus, in statusInput) berthv1al
 }
 
 func acquiredCondition(in statusInput) metav1.Condition {
-	f, mem := in.facts, in.mem
+	f, mem := in.facts, in.tenure
 	c := metav1.Condition{Type: ConditionAcquired, Status: metav1.ConditionFalse}
 	switch {
 	case in.specErr != nil:
@@ -126,10 +130,10 @@ func acquiredCondition(in statusInput) metav1.Condition {
 		c.Reason = ReasonRecovering
 		c.Message = fmt.Sprintf("restarted while holding the lease with fencing token %d: renewing it before anything else", f.RecoverToken)
 	case mem.apiErr != nil:
-		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonLeaseAPIUnreachable, mem.apiErr.Error()
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonLeaseAPIUnreachable, apiErrMessage(mem.apiErr)
 	case mem.observed.Holder != "" && mem.observed.Holder != in.holder:
 		c.Reason = ReasonHeldByOther
-		c.Message = fmt.Sprintf("held by %s with fencing token %d until %s", mem.observed.Holder, mem.observed.FencingToken, mem.observed.ExpiresAt.Format(time.RFC3339))
+		c.Message = fmt.Sprintf("held by %s with fencing token %d", mem.observed.Holder, mem.observed.FencingToken)
 	case mem.observed.FencingToken > 0 && mem.observed.Holder == "":
 		c.Reason, c.Message = ReasonReleased, fmt.Sprintf("released with fencing token %d", mem.observed.FencingToken)
 	default:
@@ -141,17 +145,28 @@ func acquiredCondition(in statusInput) metav1.Condition {
 func heartbeatCondition(in statusInput) metav1.Condition {
 	c := metav1.Condition{Type: ConditionHeartbeatHealthy, Status: metav1.ConditionTrue}
 	switch {
-	case in.mem.selfFenced:
+	case in.tenure.selfFenced:
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonSelfFenced
 		c.Message = "the local deadline passed without a renewal; Pods are stopped whether or not the lease API answers"
-	case in.mem.apiErr != nil:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonLeaseAPIUnreachable, in.mem.apiErr.Error()
+	case in.tenure.apiErr != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonLeaseAPIUnreachable, apiErrMessage(in.tenure.apiErr)
 	case in.facts.Term != nil:
 		c.Reason, c.Message = ReasonRenewed, "the lease API renewed the lease"
 	default:
 		c.Reason, c.Message = ReasonReachable, "the lease API answers"
 	}
 	return c
+}
+
+// apiErrMessage is a lease API error as a condition message: without the
+// request id an error answer carries, so that a condition of the same
+// failure keeps its message and status is not written again for it.
+func apiErrMessage(err error) string {
+	var apiErr *leaseclient.APIError
+	if errors.As(err, &apiErr) {
+		return fmt.Sprintf("lease API answered %d: %s", apiErr.StatusCode, apiErr.Message)
+	}
+	return err.Error()
 }
 
 func microTime(t time.Time) *metav1.MicroTime {
@@ -197,7 +212,7 @@ func (r *BerthLeaseReconciler) writeStatus(ctx context.Context, bl *berthv1alpha
 		old = bl.Status
 		st = computeStatus(old, statusInput{
 			generation: bl.Generation, holder: p.holder, facts: p.facts, decision: d,
-			mem: *mem, specErr: p.specErr, managed: p.managed,
+			tenure: p.tenure, specErr: p.specErr, managed: p.managed,
 			yieldReason: p.yieldReason, yieldMessage: p.yieldMessage, shadowedBy: p.shadowedBy,
 		})
 		if equality.Semantic.DeepEqual(st, old) {

@@ -64,6 +64,12 @@ type Facts struct {
 	// BerthLease names the lease (checkRelease then counts their running
 	// Pods), never let go of unconfirmed.
 	ReleaseSent bool
+	// BatchRenewed: the renewer renews a running term in batches, and wakes
+	// the BerthLease when the term ends, is revoked, fails to renew or
+	// reaches its local deadline. So the decision to run neither renews the
+	// term nor schedules another look; a term that stops is renewed by the
+	// reconcile, as without the renewer.
+	BatchRenewed bool
 	// KeyShared: a read of the API server just before a release found
 	// another BerthLease naming the same lease. The term is then also
 	// theirs: releasing it could free it while their Pods run, so it is let
@@ -137,9 +143,12 @@ func (f Facts) mustYield() bool {
 func Decide(f Facts) Decision {
 	switch {
 	case f.MayRun():
-		d := Decision{Phase: PhaseActive, Wake: earliest(f.Term.RenewDue, f.Term.Deadline)}
-		if !f.Now.Before(f.Term.RenewDue) {
-			d.Call = CallRenew
+		d := Decision{Phase: PhaseActive}
+		if !f.BatchRenewed {
+			d.Wake = earliest(f.Term.RenewDue, f.Term.Deadline)
+			if !f.Now.Before(f.Term.RenewDue) {
+				d.Call = CallRenew
+			}
 		}
 		if f.GatedPods > 0 {
 			d.Pods = PodsUngate

@@ -1,8 +1,8 @@
 package reconciler
 
 import (
-	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -18,9 +18,20 @@ import (
 type memory struct {
 	// name is the BerthLease's namespace and name.
 	name types.NamespacedName
-	tenure
-	// stopWatch ends the long poll that runs while the cluster waits.
-	stopWatch context.CancelFunc
+	// key is the lease the BerthLease names ("namespace/leaseName"): what
+	// the lease API's change stream reports.
+	key string
+	// mu guards tenure and batch: the renewer changes the tenure of a
+	// running term between reconciles (read, update).
+	mu     sync.Mutex
+	tenure tenure
+	// batch says how the renewer renews the term while it runs (nil: the
+	// reconcile renews it itself, or there is none). Only the reconcile sets
+	// it, at its end.
+	batch *batchSpec
+	// fenceWoken is the term whose passed deadline the renewer has woken
+	// the reconcile for (once per term).
+	fenceWoken *Term
 	// last is the BerthLease as last read: what is known of it if it
 	// vanishes (reconcileGone).
 	last *berthv1alpha1.BerthLease
@@ -66,6 +77,22 @@ type tenure struct {
 	revoked bool
 }
 
+// read is the tenure as it is now.
+func (m *memory) read() tenure {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tenure
+}
+
+// update replaces the tenure with what transition makes of it, atomically
+// with respect to the renewer.
+func (m *memory) update(transition func(tenure) tenure) tenure {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tenure = transition(m.tenure)
+	return m.tenure
+}
+
 // holds reports whether the tenure keeps a term or a token the cluster may
 // still hold at the lease API.
 func (t tenure) holds() bool {
@@ -87,11 +114,12 @@ func (t tenure) intoFacts(f Facts) Facts {
 // recoverFromStatus is the tenure on the first look at a BerthLease after
 // the agent started: when status says this holder held a token, the token
 // is to be recovered. The predecessor's local deadline is unknown to this
-// process; its last renew time in status, read on the wall clock, bounds it
-// (the validity from that renew time, carried onto the monotonic clock by
-// now). Without a renew time the deadline stays zero, so the Pods stop
-// first. Later looks change nothing.
-func (t tenure) recoverFromStatus(st berthv1alpha1.BerthLeaseStatus, holder string, ttl time.Duration, now time.Time) tenure {
+// process; the term's last renewal (renewedAt: the lease API's record of
+// it, read on the wall clock) bounds it: the validity from that renewal,
+// carried onto the monotonic clock by now. Without one (the lease API could
+// not be read, or the term is no longer this holder's) the deadline stays
+// zero, so the Pods stop first. Later looks change nothing.
+func (t tenure) recoverFromStatus(st berthv1alpha1.BerthLeaseStatus, holder string, ttl time.Duration, renewedAt, now time.Time) tenure {
 	if t.started {
 		return t
 	}
@@ -105,8 +133,8 @@ func (t tenure) recoverFromStatus(st berthv1alpha1.BerthLeaseStatus, holder stri
 	}
 	if st.LeaseState == StateHeld && st.CurrentHolder == holder && st.FencingToken > 0 {
 		t.recoverToken = st.FencingToken
-		if st.RenewTime != nil {
-			t.recoverDeadline = now.Add(st.RenewTime.Add(LocalValidity(ttl)).Sub(now))
+		if !renewedAt.IsZero() {
+			t.recoverDeadline = now.Add(renewedAt.Add(LocalValidity(ttl)).Sub(now))
 		}
 	}
 	return t

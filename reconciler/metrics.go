@@ -1,6 +1,8 @@
 package reconciler
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -25,8 +27,25 @@ var (
 	}, []string{"call", "result"})
 	deadlineRemaining = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "berth_agent_local_deadline_remaining_seconds",
-		Help: "Time left before the local deadline of the held term, as of the last reconcile (0 when not held).",
+		Help: "Time left before the local deadline of the held term, as of its last renewal or reconcile (0 when not held).",
 	}, []string{"cluster", "namespace", "name"})
+	renewTime = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "berth_agent_lease_renew_timestamp_seconds",
+		Help: "When the last successful renewal of the held term was sent (Unix time), for renewals in batches; status does not record renewals.",
+	}, []string{"cluster", "namespace", "name"})
+	renewals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_agent_renewals_total",
+		Help: "Renewals of running terms sent in batches, by result (renewed, lost, revoked, error).",
+	}, []string{"cluster", "result"})
+	batchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "berth_agent_renewal_batch_size",
+		Help:    "Leases renewed by one batched renewal.",
+		Buckets: prometheus.ExponentialBuckets(1, 4, 8),
+	}, []string{"cluster"})
+	leaseEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_agent_lease_events_total",
+		Help: "Events of the lease API's change stream, by type (reset, changed), and the reconciles they woke (woken).",
+	}, []string{"cluster", "type"})
 	selfFences = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_agent_self_fence_total",
 		Help: "Times the local deadline passed without a renewal, so that the agent stopped its Pods on its own.",
@@ -34,5 +53,16 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(leaseHeld, leaseTransitions, leaseCallDuration, deadlineRemaining, selfFences)
+	metrics.Registry.MustRegister(leaseHeld, leaseTransitions, leaseCallDuration, deadlineRemaining, selfFences,
+		renewTime, renewals, batchSize, leaseEvents)
+}
+
+// observeBatch records one batched renewal of n leases.
+func observeBatch(cluster string, sent, done time.Time, n int, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	leaseCallDuration.WithLabelValues("renew-batch", result).Observe(done.Sub(sent).Seconds())
+	batchSize.WithLabelValues(cluster).Observe(float64(n))
 }

@@ -2,110 +2,177 @@ package reconciler
 
 import (
 	"context"
-	"slices"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 
-	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi"
+	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 )
 
-// LeaseWatcher is what a LeaseClient may also offer: a long poll that
-// answers when a lease's holder or token change. With it, a waiting cluster
-// takes over a released lease at once instead of at its next poll.
-type LeaseWatcher interface {
-	WatchLease(ctx context.Context, namespace, name, holder string, fencingToken int32, wait time.Duration) (leaseapi.Lease, error)
+// LeaseStreamer is what a LeaseClient may also offer: one stream of the
+// lease API's lease changes (leaseclient.Client.WatchLeases). With it, a
+// cluster waiting for thousands of leases that other clusters hold keeps
+// one connection, and looks at a lease only when it changes, instead of
+// asking for each lease at every heartbeat.
+type LeaseStreamer interface {
+	WatchLeases(ctx context.Context, namespaces []string, handle func(leaseclient.LeaseEvent), connected func(bool)) error
 }
 
-// watchWait is how long one long poll waits.
-const watchWait = 30 * time.Second
+// streamBackstop is how often a waiting BerthLease looks at its lease
+// while the change stream is connected, in case a change was missed
+// anyway; a fifth of it is added at random so that thousands of them
+// spread out.
+const streamBackstop = 10 * time.Minute
 
-// Start runs the reconciler's long polls for as long as ctx lasts: the
-// manager starts it (SetupWithManager adds it, so it runs on the leader
-// only), and fleet mode starts it for each member cluster, for as long as
-// the cluster is a member. No long poll runs before Start or after ctx ends.
+// stream is the state of the reconciler's change stream (follow).
+type stream struct {
+	// up: the stream is connected, so a waiting BerthLease needs no poll.
+	up atomic.Bool
+	mu sync.Mutex
+	// byKey indexes the remembered BerthLeases by the lease they name.
+	byKey map[string]map[*memory]struct{}
+}
+
+// Start runs, for as long as ctx lasts, what the reconciler does between
+// reconciles: the batched renewals of its running terms (renew) and the
+// change stream that wakes its waiting BerthLeases (follow). The manager
+// starts it (SetupWithManager adds it, so it runs on the leader only), and
+// fleet mode starts it for each member cluster, for as long as the cluster
+// is a member.
 //
-// A BerthLease reconciled before Start found no context for its long poll,
-// so Start wakes every BerthLease it remembers: the next reconcile starts
-// the poll of each that still waits.
+// A BerthLease reconciled before Start renewed its term on its own and
+// polled, so Start wakes every BerthLease it remembers.
 func (r *BerthLeaseReconciler) Start(ctx context.Context) error {
-	r.mu.Lock()
-	r.polls = ctx
-	var early []types.NamespacedName
-	for _, m := range r.memory {
-		if !slices.Contains(early, m.name) {
-			early = append(early, m.name)
-		}
+	r.defaults()
+	var wg sync.WaitGroup
+	wg.Go(func() { r.renew(ctx) })
+	wg.Go(func() { r.follow(ctx) })
+	for _, name := range r.remembered(func(tenure) bool { return true }) {
+		r.Wake(ctx, name)
 	}
-	r.mu.Unlock()
-	if r.Wake != nil {
-		for _, name := range early {
-			r.Wake(ctx, name)
-		}
-	}
-	<-ctx.Done()
+	wg.Wait()
 	return nil
 }
 
-// pollContext is the context long polls run under, nil before Start.
-func (r *BerthLeaseReconciler) pollContext() context.Context {
+// follow follows the lease API's change stream until ctx ends, if the
+// client offers one.
+func (r *BerthLeaseReconciler) follow(ctx context.Context) {
+	ls, ok := r.LeaseClient.(LeaseStreamer)
+	if !ok || r.Wake == nil {
+		return
+	}
+	log := r.Log.WithName("changes")
+	err := ls.WatchLeases(ctx, nil,
+		func(ev leaseclient.LeaseEvent) { r.leaseChanged(ctx, ev) },
+		func(up bool) { r.streamConnected(ctx, up) })
+	r.changes.up.Store(false)
+	switch {
+	case ctx.Err() != nil:
+	case errors.Is(err, leaseclient.ErrNotSupported):
+		log.Info("the lease API offers no change stream; waiting clusters poll at every heartbeat")
+	default:
+		log.Error(err, "the lease API's change stream ended; waiting clusters poll at every heartbeat")
+		r.wakeWaiting(ctx)
+	}
+}
+
+// streamConnected records whether the change stream is connected. When it
+// breaks, every waiting BerthLease is woken to poll until it is back; once
+// it is back, its first event (a reset) wakes them again.
+func (r *BerthLeaseReconciler) streamConnected(ctx context.Context, up bool) {
+	if r.changes.up.Swap(up) && !up {
+		r.wakeWaiting(ctx)
+	}
+}
+
+// leaseChanged wakes the BerthLeases a change concerns: those naming the
+// changed lease whose memory does not already know what the change says.
+// A reset (changes may have been missed) wakes every waiting BerthLease.
+func (r *BerthLeaseReconciler) leaseChanged(ctx context.Context, ev leaseclient.LeaseEvent) {
+	if ev.Reset {
+		leaseEvents.WithLabelValues(r.ClusterIdentity, "reset").Inc()
+		r.wakeWaiting(ctx)
+		return
+	}
+	leaseEvents.WithLabelValues(r.ClusterIdentity, "changed").Inc()
+	key := leaseapi.Key{Namespace: ev.Lease.Namespace, Name: ev.Lease.Name}.String()
+	r.changes.mu.Lock()
+	mems := make([]*memory, 0, len(r.changes.byKey[key]))
+	for m := range r.changes.byKey[key] {
+		mems = append(mems, m)
+	}
+	r.changes.mu.Unlock()
+	for _, m := range mems {
+		if news(m.read(), ev.Lease) {
+			leaseEvents.WithLabelValues(r.ClusterIdentity, "woken").Inc()
+			r.Wake(ctx, m.name)
+		}
+	}
+}
+
+// news reports whether l says something about the lease that the tenure
+// does not know: another holder, token or revocation than its term's, or,
+// without a term, than the lease API's last answer.
+func news(t tenure, l leaseapi.Lease) bool {
+	if t.term != nil {
+		return l.Holder != t.term.Holder || l.FencingToken != t.term.Token || l.Revoked != t.revoked
+	}
+	return l.Holder != t.observed.Holder || l.FencingToken != t.observed.FencingToken || l.Revoked != t.observed.Revoked
+}
+
+// wakeWaiting wakes every remembered BerthLease that holds no term.
+func (r *BerthLeaseReconciler) wakeWaiting(ctx context.Context) {
+	for _, name := range r.remembered(func(t tenure) bool { return t.term == nil }) {
+		r.Wake(ctx, name)
+	}
+}
+
+// remembered lists the names of the remembered BerthLeases whose tenure
+// matches.
+func (r *BerthLeaseReconciler) remembered(match func(tenure) bool) []types.NamespacedName {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.polls
-}
-
-// watch makes sure a long poll runs for a BerthLease this cluster waits for,
-// and stops it once the cluster holds or gives up the lease. A change wakes
-// the BerthLease's reconcile through Wake.
-func (r *BerthLeaseReconciler) watch(ctx context.Context, bl *berthv1alpha1.BerthLease, mem *memory, waiting bool) {
-	if !waiting {
-		mem.stopWatching()
-		return
-	}
-	lw, ok := r.LeaseClient.(LeaseWatcher)
-	base := r.pollContext()
-	if !ok || r.Wake == nil || base == nil || base.Err() != nil || mem.stopWatch != nil {
-		return
-	}
-	wctx, cancel := context.WithCancel(base)
-	mem.stopWatch = cancel
-	name := types.NamespacedName{Namespace: bl.Namespace, Name: bl.Name}
-	go r.longPoll(wctx, logr.FromContextOrDiscard(ctx), lw, name, bl.EffectiveLeaseName(), mem.observed.Holder, mem.observed.FencingToken)
-}
-
-// longPoll waits for the lease to change from (holder, token), then wakes
-// the reconcile and ends; the reconcile starts a new one if still waiting.
-func (r *BerthLeaseReconciler) longPoll(ctx context.Context, log logr.Logger, lw LeaseWatcher, bl types.NamespacedName, lease, holder string, token int32) {
-	for ctx.Err() == nil {
-		l, err := lw.WatchLease(ctx, bl.Namespace, lease, holder, token, watchWait)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			log.V(1).Info("lease watch failed; polling continues", "error", err.Error())
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
+	seen := map[types.NamespacedName]bool{}
+	var out []types.NamespacedName
+	for _, m := range r.memory {
+		if !seen[m.name] && match(m.read()) {
+			seen[m.name] = true
+			out = append(out, m.name)
 		}
-		if l.Holder != holder || l.FencingToken != token {
-			log.V(1).Info("lease changed", "holder", l.Holder, "token", l.FencingToken)
-			r.Wake(ctx, bl)
-			return
+	}
+	return out
+}
+
+// index adds a remembered BerthLease to the stream's index, or removes it.
+func (r *BerthLeaseReconciler) index(m *memory, add bool) {
+	r.changes.mu.Lock()
+	defer r.changes.mu.Unlock()
+	if r.changes.byKey == nil {
+		r.changes.byKey = map[string]map[*memory]struct{}{}
+	}
+	set := r.changes.byKey[m.key]
+	switch {
+	case add && set == nil:
+		r.changes.byKey[m.key] = map[*memory]struct{}{m: {}}
+	case add:
+		set[m] = struct{}{}
+	default:
+		delete(set, m)
+		if len(set) == 0 {
+			delete(r.changes.byKey, m.key)
 		}
 	}
 }
 
-// stopWatching ends the BerthLease's long poll, if one runs.
-func (m *memory) stopWatching() {
-	if m.stopWatch != nil {
-		m.stopWatch()
-		m.stopWatch = nil
-	}
+// waitBackstop is when a waiting BerthLease looks at its lease again while
+// the change stream is connected.
+func waitBackstop() time.Duration {
+	return streamBackstop + rand.N(streamBackstop/5)
 }
 
 // Holding counts the BerthLeases whose last reconcile ended keeping a term,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/berthfleet/berth/cmd/internal/flags"
 	"github.com/berthfleet/berth/cmd/internal/logging"
+	"github.com/berthfleet/berth/reconciler"
 )
 
 // version is stamped at build time (-ldflags "-X main.version=...").
@@ -37,7 +38,22 @@ type options struct {
 	healthProbeBindAddress string
 	leaderElect            bool
 	heartbeatInterval      time.Duration
+	kubeAPIQPS             float32
+	kubeAPIBurst           int
+	concurrentReconciles   int
 }
+
+// The client-side rate limit towards each cluster's API server. client-go's
+// own default (5 requests/s, bursts of 10) starves a cluster of thousands of
+// BerthLeases. The agent writes status only on transitions, so in steady
+// state it sends almost nothing; the limit paces the bursts: a cluster's
+// first look at every BerthLease (a finalizer and a status write each) and
+// a takeover of many leases at once (a status write, then the Pods'
+// ungating). The API server's priority and fairness protects it beyond that.
+const (
+	defaultKubeAPIQPS   = 200
+	defaultKubeAPIBurst = 400
+)
 
 func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.clusterID, "cluster-id", "", "this cluster's id in the fleet; the holder of every lease (empty: each BerthLease's spec.holderIdentity)")
@@ -53,12 +69,19 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0: off)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among the agent's replicas (run two for availability)")
 	fs.DurationVar(&o.heartbeatInterval, "cluster-heartbeat-interval", 10*time.Second, "how often the cluster's registration is refreshed at the lease API")
+	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "requests per second the agent sends to each cluster's API server, sustained (client-side rate limit)")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "requests the agent may send to each cluster's API server in a burst above --kube-api-qps")
+	fs.IntVar(&o.concurrentReconciles, "concurrent-reconciles", reconciler.DefaultConcurrentReconciles, "BerthLeases reconciled at once (in fleet mode: over all clusters)")
 }
 
 func (o *options) validate() error {
 	switch {
 	case o.leaseAPIURL == "":
 		return fmt.Errorf("--lease-api-url is required")
+	case o.kubeAPIQPS <= 0 || o.kubeAPIBurst < 1:
+		return fmt.Errorf("--kube-api-qps must be above 0 and --kube-api-burst at least 1")
+	case o.concurrentReconciles < 1:
+		return fmt.Errorf("--concurrent-reconciles must be at least 1")
 	case o.fleetKubeconfigDir == "":
 		return nil
 	case o.clusterID != "":

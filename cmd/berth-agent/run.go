@@ -42,6 +42,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	o.rateLimit(cfg)
 	leases, err := newLeaseClient(o, o.leaseAPITokenFile, log)
 	if err != nil {
 		return err
@@ -59,8 +60,9 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		Log:               log.WithName("berthlease").WithValues("cluster", o.clusterID),
 		LeaseClient:       leases,
 		ClusterIdentity:   o.clusterID,
-		ManagedWorkloads:  o.managedWorkloads,
-		OperatorNamespace: o.operatorNamespace,
+		ManagedWorkloads:     o.managedWorkloads,
+		OperatorNamespace:    o.operatorNamespace,
+		ConcurrentReconciles: o.concurrentReconciles,
 	}
 	var registrar *fleet.Registrar
 	if o.clusterID != "" {
@@ -156,6 +158,12 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// rateLimit sets the client-side rate limit of --kube-api-qps and
+// --kube-api-burst on a cluster's client configuration.
+func (o options) rateLimit(cfg *rest.Config) {
+	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
+}
+
 // managedPodsCache caches only the managed Pods: the agent never needs the
 // others.
 func managedPodsCache() (cache.Options, error) {
@@ -235,6 +243,7 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 		if host, err = restConfig(o.kubeconfig); err != nil {
 			return err
 		}
+		o.rateLimit(host)
 	}
 	cacheOpts, err := managedPodsCache()
 	if err != nil {
@@ -244,6 +253,7 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 		co.Scheme = scheme
 		co.Cache = cacheOpts
 	})
+	dir.ConfigureREST = o.rateLimit
 	mgr, err := mcmanager.New(host, dir, mcmanager.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsBindAddress},
@@ -264,11 +274,12 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 			}
 			return leases, nil
 		},
-		ManagedWorkloads:  o.managedWorkloads,
-		OperatorNamespace: o.operatorNamespace,
-		AgentVersion:      version,
-		HeartbeatInterval: o.heartbeatInterval,
-		Log:               log,
+		ManagedWorkloads:     o.managedWorkloads,
+		OperatorNamespace:    o.operatorNamespace,
+		AgentVersion:         version,
+		HeartbeatInterval:    o.heartbeatInterval,
+		ConcurrentReconciles: o.concurrentReconciles,
+		Log:                  log,
 	}
 	dir.BeforeLeave = members.Leave
 	if err := members.SetupWithManager(mgr); err != nil {
