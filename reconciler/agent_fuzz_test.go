@@ -338,7 +338,14 @@ func (s *fleetSim) checkPods(until time.Time) {
 func (s *fleetSim) observe(i int) Facts {
 	a := s.agents[i]
 	if !a.mem.started {
-		a.mem = a.mem.recoverFromStatus(a.statusNow(), a.holder, s.ttl, s.now)
+		// The term's last renewal, as the lease API's record has it
+		// (lastRenewal), when the record still shows the term status names.
+		st := a.statusNow()
+		var renewedAt time.Time
+		if st.LeaseState == StateHeld && st.CurrentHolder == a.holder && s.cur.Holder == a.holder && s.cur.FencingToken == st.FencingToken {
+			renewedAt = s.cur.RenewedAt
+		}
+		a.mem = a.mem.recoverFromStatus(st, a.holder, s.ttl, renewedAt, s.now)
 	}
 	var fenced bool
 	if a.mem, fenced = a.mem.checkDeadline(s.now); fenced {
@@ -547,7 +554,7 @@ func (s *fleetSim) finishWith(i int, f Facts, d Decision) {
 	}
 	// The status is computed when a restarted agent reads it: what recovery
 	// reads of it does not depend on the status before.
-	a.status = statusInput{generation: 1, holder: a.holder, facts: f, decision: d, mem: memory{tenure: a.mem}}
+	a.status = statusInput{generation: 1, holder: a.holder, facts: f, decision: d, tenure: a.mem}
 	a.releasing = 0
 	if d.Pods != PodsUngate || a.pod != podGated || !s.now.Before(f.Term.Deadline) {
 		return
@@ -573,7 +580,7 @@ func (s *fleetSim) restartAgent(i int) {
 	a.mem = tenure{}
 	s.note(func() string {
 		st := a.statusNow()
-		return fmt.Sprintf("%s: agent restarted (status %s token %d renewed %v)", a.holder, st.LeaseState, st.FencingToken, st.RenewTime)
+		return fmt.Sprintf("%s: agent restarted (status %s token %d)", a.holder, st.LeaseState, st.FencingToken)
 	})
 }
 

@@ -32,6 +32,7 @@ func facts(opts ...func(*Facts)) Facts {
 	return f
 }
 
+func batchRenewed(f *Facts)          { f.BatchRenewed = true }
 func withTerm(t *Term) func(*Facts)  { return func(f *Facts) { f.Term = t } }
 func withRunning(n int) func(*Facts) { return func(f *Facts) { f.RunningPods = n } }
 func withGated(n int) func(*Facts)   { return func(f *Facts) { f.GatedPods = n } }
@@ -76,6 +77,18 @@ func TestDecide(t *testing.T) {
 		"held, renew due after the deadline: wake at the deadline": {
 			facts: facts(withTerm(term(20*time.Second, 10*time.Second))),
 			want:  Decision{Phase: PhaseActive, Wake: t0.Add(10 * time.Second)},
+		},
+		"held, renew due, renewals in batches: the renewer renews, nothing to schedule": {
+			facts: facts(withTerm(renewDueTerm()), batchRenewed),
+			want:  Decision{Phase: PhaseActive},
+		},
+		"held with gated Pods, renewals in batches: ungate them": {
+			facts: facts(withTerm(renewDueTerm()), withGated(2), batchRenewed),
+			want:  Decision{Pods: PodsUngate, Phase: PhaseActive},
+		},
+		"past the deadline, renewals in batches: stop and renew it here": {
+			facts: facts(withTerm(pastDeadlineTerm()), withRunning(1), batchRenewed),
+			want:  Decision{Call: CallRenew, Pods: PodsStop, Phase: PhaseStopping, Wake: t0.Add(stopPollInterval)},
 		},
 		"held with gated Pods: ungate them": {
 			facts: facts(withTerm(heldTerm()), withGated(3), withRunning(1)),
@@ -384,12 +397,15 @@ func violations(f Facts, d Decision) []string {
 
 	// Liveness.
 	check(!podsMayRun || mayRun || recovering || d.Pods == PodsStop, "Pods may run unallowed and are not stopped")
-	check(!mayRun || f.Now.Before(f.Term.RenewDue) || d.Call == CallRenew, "renew due and not renewed")
+	// With renewals in batches the renewer renews a running term and wakes
+	// the BerthLease at its deadline.
+	check(!mayRun || f.Now.Before(f.Term.RenewDue) || d.Call == CallRenew || f.BatchRenewed, "renew due and not renewed")
+	check(!mayRun || !f.BatchRenewed || d.Call == CallNone, "renewed here although the renewer renews it")
 	if mayRun {
 		check(!d.Wake.After(f.Term.Deadline), "active past the deadline: Wake %v after Deadline %v", d.Wake, f.Term.Deadline)
 	}
 	check(d.Phase == PhaseActive || d.Wake.IsZero() || d.Wake.After(f.Now), "Wake %v not after Now in phase %q: a hot loop", d.Wake, d.Phase)
-	check(d.Phase != PhaseActive || !d.Wake.IsZero(), "active without a wake-up")
+	check(d.Phase != PhaseActive || !d.Wake.IsZero() || f.BatchRenewed, "active without a wake-up")
 	check(d.Call != CallNone || d.Pods != PodsNone || d.RemoveFinalizer || d.DropTerm || d.Phase == PhaseActive || f.mustYield(),
 		"nothing to do while free to act")
 	return out
@@ -424,7 +440,7 @@ func (s termState) term() *Term {
 // TestDecideInvariants enumerates every combination of the facts that
 // matter and checks the invariants on each decision.
 func TestDecideInvariants(t *testing.T) {
-	const flags = 7 // Deleting, Invalid, Cordoned, Shadowed, KeyShared, Revoked, ReleaseSent
+	const flags = 8 // Deleting, Invalid, Cordoned, Shadowed, KeyShared, Revoked, ReleaseSent, BatchRenewed
 	n := 0
 	for mask := 0; mask < 1<<flags; mask++ {
 		on := func(i int) bool { return mask&(1<<i) != 0 }
@@ -435,7 +451,7 @@ func TestDecideInvariants(t *testing.T) {
 						for _, unknown := range []bool{false, true} {
 							for _, gated := range []int{0, 1} {
 								f := Facts{
-									Now: t0, Deleting: on(0), Invalid: on(1), Cordoned: on(2), Shadowed: on(3), KeyShared: on(4), Revoked: on(5), ReleaseSent: on(6),
+									Now: t0, Deleting: on(0), Invalid: on(1), Cordoned: on(2), Shadowed: on(3), KeyShared: on(4), Revoked: on(5), ReleaseSent: on(6), BatchRenewed: on(7),
 									Term: ts.term(), RecoverToken: max(rec, -rec), RecoverDeadline: t0.Add(time.Duration(rec) * time.Second), ReleaseToken: rel,
 									RunningPods: running, PodsUnknown: unknown, GatedPods: gated,
 								}
@@ -478,8 +494,8 @@ func describe(f Facts) string {
 	if f.Term != nil {
 		t = fmt.Sprintf("{token %d, renew %v, deadline %v}", f.Term.Token, f.Term.RenewDue.Sub(f.Now), f.Term.Deadline.Sub(f.Now))
 	}
-	return fmt.Sprintf("deleting=%v invalid=%v cordoned=%v shadowed=%v keyShared=%v revoked=%v releaseSent=%v term=%s recover=%d release=%d running=%d unknown=%v gated=%d",
-		f.Deleting, f.Invalid, f.Cordoned, f.Shadowed, f.KeyShared, f.Revoked, f.ReleaseSent, t, f.RecoverToken, f.ReleaseToken, f.RunningPods, f.PodsUnknown, f.GatedPods)
+	return fmt.Sprintf("deleting=%v invalid=%v cordoned=%v shadowed=%v keyShared=%v revoked=%v releaseSent=%v batchRenewed=%v term=%s recover=%d release=%d running=%d unknown=%v gated=%d",
+		f.Deleting, f.Invalid, f.Cordoned, f.Shadowed, f.KeyShared, f.Revoked, f.ReleaseSent, f.BatchRenewed, t, f.RecoverToken, f.ReleaseToken, f.RunningPods, f.PodsUnknown, f.GatedPods)
 }
 
 func FuzzDecide(f *testing.F) {

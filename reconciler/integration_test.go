@@ -71,11 +71,24 @@ func (f *faultyLeases) Renew(ctx context.Context, ns, name, holder string, token
 	return f.LeaseClient.Renew(ctx, ns, name, holder, token, ttl)
 }
 
-func (f *faultyLeases) WatchLease(ctx context.Context, ns, name, holder string, token int32, wait time.Duration) (leaseapi.Lease, error) {
+func (f *faultyLeases) RenewBatch(ctx context.Context, holder string, renewals []leaseclient.Renewal) ([]leaseclient.AcquireResult, error) {
+	if f.cut.Load() {
+		return nil, f.hang(ctx)
+	}
+	return f.LeaseClient.(reconciler.BatchRenewer).RenewBatch(ctx, holder, renewals)
+}
+
+func (f *faultyLeases) GetLease(ctx context.Context, ns, name string) (leaseapi.Lease, error) {
 	if f.cut.Load() {
 		return leaseapi.Lease{}, f.hang(ctx)
 	}
-	return f.LeaseClient.(reconciler.LeaseWatcher).WatchLease(ctx, ns, name, holder, token, wait)
+	return f.LeaseClient.(reconciler.LeaseReader).GetLease(ctx, ns, name)
+}
+
+// WatchLeases passes the change stream through: a cut fails the calls
+// that decide, not the news of changes.
+func (f *faultyLeases) WatchLeases(ctx context.Context, namespaces []string, handle func(leaseclient.LeaseEvent), connected func(bool)) error {
+	return f.LeaseClient.(reconciler.LeaseStreamer).WatchLeases(ctx, namespaces, handle, connected)
 }
 
 func (f *faultyLeases) Release(ctx context.Context, ns, name, holder string, token int32) error {

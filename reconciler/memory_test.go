@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi/client"
@@ -335,41 +334,42 @@ func withReleasing(st berthv1alpha1.BerthLeaseStatus, token int32) berthv1alpha1
 
 func TestRecoverFromStatus(t *testing.T) {
 	now := t0.Add(5 * time.Second)
-	lastRenew := metav1.NewTime(t0)
-	held := func(holder string, token int32, renew *metav1.Time) berthv1alpha1.BerthLeaseStatus {
-		return berthv1alpha1.BerthLeaseStatus{LeaseState: StateHeld, CurrentHolder: holder, FencingToken: token, RenewTime: (*metav1.MicroTime)(renew)}
+	lastRenew := t0
+	held := func(holder string, token int32) berthv1alpha1.BerthLeaseStatus {
+		return berthv1alpha1.BerthLeaseStatus{LeaseState: StateHeld, CurrentHolder: holder, FencingToken: token}
 	}
 	cases := map[string]struct {
-		before tenure
-		status berthv1alpha1.BerthLeaseStatus
-		want   tenure
+		before    tenure
+		status    berthv1alpha1.BerthLeaseStatus
+		renewedAt time.Time
+		want      tenure
 	}{
 		"held by this cluster with a renew time: recover until validity after it": {
-			status: held(us, 7, &lastRenew),
-			want:   tenure{started: true, recoverToken: 7, recoverDeadline: t0.Add(LocalValidity(memTTL))},
+			status: held(us, 7), renewedAt: lastRenew,
+			want: tenure{started: true, recoverToken: 7, recoverDeadline: t0.Add(LocalValidity(memTTL))},
 		},
 		"renew time longer ago than the validity: a deadline already passed": {
-			status: held(us, 7, &metav1.Time{Time: t0.Add(-time.Hour)}),
-			want:   tenure{started: true, recoverToken: 7, recoverDeadline: t0.Add(-time.Hour + LocalValidity(memTTL))},
+			status: held(us, 7), renewedAt: t0.Add(-time.Hour),
+			want: tenure{started: true, recoverToken: 7, recoverDeadline: t0.Add(-time.Hour + LocalValidity(memTTL))},
 		},
 		"held by this cluster without a renew time: no deadline, so the Pods stop first": {
-			status: held(us, 7, nil),
+			status: held(us, 7),
 			want:   tenure{started: true, recoverToken: 7},
 		},
 		"a release of this cluster's token was sent, not confirmed: release it again, never recover it": {
-			status: withReleasing(held(us, 7, &lastRenew), 7),
-			want:   tenure{started: true, releaseToken: 7, releaseSent: 7},
+			status: withReleasing(held(us, 7), 7), renewedAt: lastRenew,
+			want: tenure{started: true, releaseToken: 7, releaseSent: 7},
 		},
 		"another cluster's unconfirmed release: nothing to recover": {
-			status: withReleasing(held(other, 7, &lastRenew), 7),
+			status: withReleasing(held(other, 7), 7),
 			want:   tenure{started: true},
 		},
 		"held by another cluster: nothing to recover": {
-			status: held(other, 7, &lastRenew),
+			status: held(other, 7),
 			want:   tenure{started: true},
 		},
 		"held without a token: nothing to recover": {
-			status: held(us, 0, &lastRenew),
+			status: held(us, 0),
 			want:   tenure{started: true},
 		},
 		"waiting: nothing to recover": {
@@ -382,13 +382,13 @@ func TestRecoverFromStatus(t *testing.T) {
 		},
 		"already started: status is not read again": {
 			before: with(holding(heldTerm()), saw(granted(us, 7))),
-			status: held(us, 6, &lastRenew),
+			status: held(us, 6),
 			want:   with(holding(heldTerm()), saw(granted(us, 7))),
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := tc.before.recoverFromStatus(tc.status, us, memTTL, now)
+			got := tc.before.recoverFromStatus(tc.status, us, memTTL, tc.renewedAt, now)
 			if diff := cmp.Diff(tc.want, got, compareTenure...); diff != "" {
 				t.Errorf("recoverFromStatus() mismatch (-want +got):\n%s", diff)
 			}

@@ -43,11 +43,11 @@ func input(f Facts, opts ...func(*statusInput)) statusInput {
 }
 
 func observed(r client.AcquireResult) func(*statusInput) {
-	return func(in *statusInput) { in.mem.observed = r }
+	return func(in *statusInput) { in.tenure.observed = r }
 }
-func apiErr(err error) func(*statusInput)  { return func(in *statusInput) { in.mem.apiErr = err } }
+func apiErr(err error) func(*statusInput)  { return func(in *statusInput) { in.tenure.apiErr = err } }
 func specErr(err error) func(*statusInput) { return func(in *statusInput) { in.specErr = err } }
-func selfFenced(in *statusInput)           { in.mem.selfFenced = true }
+func selfFenced(in *statusInput)           { in.tenure.selfFenced = true }
 
 // cond is the part of a condition the tests compare.
 type cond struct {
@@ -107,7 +107,7 @@ func TestStatusCompute(t *testing.T) {
 			in: input(facts(withTerm(heldTerm()), withRunning(2), withGated(1)), observed(granted(us, 7))),
 			want: summary{
 				LeaseState: StateHeld, Phase: PhaseActive, CurrentHolder: us, FencingToken: 7,
-				AcquiredAt: acquiredAt, RenewTime: renewedAt, ExpiresAt: expiresAt, ObservedGeneration: 4,
+				AcquiredAt: acquiredAt, ObservedGeneration: 4,
 				ManagedPods: 3, RunningPods: 2, GatedPods: 1,
 				Acquired:         cond{metav1.ConditionTrue, ReasonHeld, "held by cluster-a with fencing token 7", 4},
 				HeartbeatHealthy: renewedOK, Conditions: 2,
@@ -117,7 +117,7 @@ func TestStatusCompute(t *testing.T) {
 			in: input(facts(withTerm(renewDueTerm())), observed(granted(us, 7)), apiErr(errUnreachable)),
 			want: summary{
 				LeaseState: StateHeld, Phase: PhaseActive, CurrentHolder: us, FencingToken: 7,
-				AcquiredAt: acquiredAt, RenewTime: renewedAt, ExpiresAt: expiresAt, ObservedGeneration: 4,
+				AcquiredAt: acquiredAt, ObservedGeneration: 4,
 				Acquired:         cond{metav1.ConditionTrue, ReasonHeld, "held by cluster-a with fencing token 7", 4},
 				HeartbeatHealthy: unreachable, Conditions: 2,
 			},
@@ -126,7 +126,7 @@ func TestStatusCompute(t *testing.T) {
 			in: input(facts(withTerm(pastDeadlineTerm()), withRunning(2)), observed(granted(us, 7)), apiErr(errUnreachable), selfFenced),
 			want: summary{
 				LeaseState: StateHeld, Phase: PhaseStopping, CurrentHolder: us, FencingToken: 7,
-				AcquiredAt: acquiredAt, RenewTime: renewedAt, ExpiresAt: expiresAt, ObservedGeneration: 4,
+				AcquiredAt: acquiredAt, ObservedGeneration: 4,
 				ManagedPods: 2, RunningPods: 2,
 				Acquired:         cond{metav1.ConditionFalse, ReasonStopping, "stopping 2 running Pod(s) before giving the lease up", 4},
 				HeartbeatHealthy: fenced, Conditions: 2,
@@ -136,7 +136,7 @@ func TestStatusCompute(t *testing.T) {
 			in: input(facts(withRunning(1)), observed(granted(other, 8))),
 			want: summary{
 				LeaseState: StateWaiting, Phase: PhaseStopping, CurrentHolder: other, FencingToken: 8,
-				AcquiredAt: acquiredAt, RenewTime: renewedAt, ExpiresAt: expiresAt, ObservedGeneration: 4,
+				AcquiredAt: acquiredAt, ObservedGeneration: 4,
 				ManagedPods: 1, RunningPods: 1,
 				Acquired:         cond{metav1.ConditionFalse, ReasonStopping, "stopping 1 running Pod(s) before giving the lease up", 4},
 				HeartbeatHealthy: reachable, Conditions: 2,
@@ -146,9 +146,9 @@ func TestStatusCompute(t *testing.T) {
 			in: input(facts(withGated(2)), observed(granted(other, 8))),
 			want: summary{
 				LeaseState: StateWaiting, CurrentHolder: other, FencingToken: 8,
-				AcquiredAt: acquiredAt, RenewTime: renewedAt, ExpiresAt: expiresAt, ObservedGeneration: 4,
+				AcquiredAt: acquiredAt, ObservedGeneration: 4,
 				ManagedPods: 2, GatedPods: 2,
-				Acquired:         cond{metav1.ConditionFalse, ReasonHeldByOther, "held by cluster-b with fencing token 8 until 2030-01-02T03:01:30Z", 4},
+				Acquired:         cond{metav1.ConditionFalse, ReasonHeldByOther, "held by cluster-b with fencing token 8", 4},
 				HeartbeatHealthy: reachable, Conditions: 2,
 			},
 		},
@@ -186,7 +186,7 @@ func TestStatusCompute(t *testing.T) {
 			in: input(facts(deleting, withTerm(heldTerm()), withRunning(1)), observed(granted(us, 7))),
 			want: summary{
 				LeaseState: StateHeld, Phase: PhaseStopping, CurrentHolder: us, FencingToken: 7,
-				AcquiredAt: acquiredAt, RenewTime: renewedAt, ExpiresAt: expiresAt, ObservedGeneration: 4,
+				AcquiredAt: acquiredAt, ObservedGeneration: 4,
 				ManagedPods: 1, RunningPods: 1,
 				Acquired:         cond{metav1.ConditionFalse, ReasonStopping, "stopping 1 running Pod(s) before giving the lease up", 4},
 				HeartbeatHealthy: renewedOK, Conditions: 2,
@@ -196,7 +196,7 @@ func TestStatusCompute(t *testing.T) {
 			in: input(facts(cordoned, withGated(1)), observed(granted(other, 8))),
 			want: summary{
 				LeaseState: StateReleased, CurrentHolder: other, FencingToken: 8,
-				AcquiredAt: acquiredAt, RenewTime: renewedAt, ExpiresAt: expiresAt, ObservedGeneration: 4,
+				AcquiredAt: acquiredAt, ObservedGeneration: 4,
 				ManagedPods: 1, GatedPods: 1,
 				Acquired:         cond{metav1.ConditionFalse, ReasonCordoned, "this cluster is cordoned at the lease API; it takes no leases until uncordoned", 4},
 				HeartbeatHealthy: reachable, Conditions: 2,
@@ -234,6 +234,32 @@ func TestStatusCompute(t *testing.T) {
 				t.Errorf("computeStatus() mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestStatusUnchangedByRenewals: neither a renewal of the held term nor
+// one of the term another cluster holds changes status, so that status is
+// written on transitions only, however many leases a cluster renews.
+func TestStatusUnchangedByRenewals(t *testing.T) {
+	later := func(r client.AcquireResult) client.AcquireResult {
+		r.RenewedAt, r.ExpiresAt = r.RenewedAt.Add(time.Minute), r.ExpiresAt.Add(time.Minute)
+		return r
+	}
+	for name, pair := range map[string][2]statusInput{
+		"held": {
+			input(facts(withTerm(heldTerm())), observed(granted(us, 7))),
+			input(facts(withTerm(term(15*time.Second, 20*time.Second))), observed(later(granted(us, 7)))),
+		},
+		"waiting": {
+			input(facts(), observed(granted(other, 8))),
+			input(facts(), observed(later(granted(other, 8)))),
+		},
+	} {
+		before := computeStatus(berthv1alpha1.BerthLeaseStatus{}, pair[0])
+		after := computeStatus(before, pair[1])
+		if diff := cmp.Diff(before, after); diff != "" {
+			t.Errorf("%s: a renewal changed status (-before +after):\n%s", name, diff)
+		}
 	}
 }
 

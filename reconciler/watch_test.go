@@ -2,6 +2,8 @@ package reconciler
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,65 +18,102 @@ import (
 	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 )
 
-// watchingLeases answers every long poll with a change after it was asked,
-// and fails every other call: only the long poll matters here.
-type watchingLeases struct {
-	LeaseClient
-	mu      sync.Mutex
-	watched []string
+// wakes records the BerthLeases a reconciler wakes.
+type wakes struct {
+	mu    sync.Mutex
+	names []string
 }
 
-func (w *watchingLeases) WatchLease(ctx context.Context, _, name, _ string, token int32, _ time.Duration) (leaseapi.Lease, error) {
+func (w *wakes) wake(_ context.Context, n types.NamespacedName) {
 	w.mu.Lock()
-	w.watched = append(w.watched, name)
-	w.mu.Unlock()
-	return leaseapi.Lease{Holder: "west", FencingToken: token + 1}, nil
+	defer w.mu.Unlock()
+	w.names = append(w.names, n.Name)
 }
 
-// TestLongPollWaitsForStart: a BerthLease that waits before Start runs no
-// long poll (there is no context for it yet), but Start wakes it, so that
-// its next reconcile starts one; a long poll started after Start wakes its
-// BerthLease when the lease changes.
-func TestLongPollWaitsForStart(t *testing.T) {
-	woken := make(chan types.NamespacedName, 4)
-	leases := &watchingLeases{}
-	r := &BerthLeaseReconciler{LeaseClient: leases, Wake: func(_ context.Context, n types.NamespacedName) { woken <- n }}
+// take returns the names woken since the last take, sorted.
+func (w *wakes) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.names
+	w.names = nil
+	slices.Sort(out)
+	return out
+}
+
+// remember makes the reconciler remember a BerthLease named name that
+// names lease, with tenure t.
+func remember(r *BerthLeaseReconciler, name, lease string, t tenure) *memory {
+	bl := &berthv1alpha1.BerthLease{Spec: berthv1alpha1.BerthLeaseSpec{LeaseName: lease}}
+	bl.Namespace, bl.Name, bl.UID = "payments", name, types.UID("uid-"+name)
+	m := r.memoryOf(bl)
+	m.update(func(tenure) tenure { return t })
+	return m
+}
+
+// TestChangeStreamWakesWhatItConcerns: a change of a lease wakes the
+// BerthLeases that name it and do not already know what it says; a reset
+// wakes every BerthLease that holds no term.
+func TestChangeStreamWakesWhatItConcerns(t *testing.T) {
+	w := &wakes{}
+	r := &BerthLeaseReconciler{Wake: w.wake}
 	r.defaults()
-	bl := &berthv1alpha1.BerthLease{}
-	bl.Namespace, bl.Name, bl.UID = "payments", "exporter", "uid-1"
-	mem := r.memoryOf(bl)
-	mem.observed = leaseclient.AcquireResult{Holder: "east", FencingToken: 3}
-
-	r.watch(t.Context(), bl, mem, true)
-	if mem.stopWatch != nil {
-		t.Fatal("a long poll started before Start")
+	remember(r, "waiting", "exporter", with(tenure{started: true}, saw(granted(other, 3))))
+	remember(r, "also-waiting", "exporter", with(tenure{started: true}, saw(granted(other, 3))))
+	remember(r, "holding", "scheduler", holding(grantedTerm(5)))
+	remember(r, "unrelated", "billing", with(tenure{started: true}, saw(granted(other, 9))))
+	ctx := t.Context()
+	lease := func(name, holder string, token int32, revoked bool) leaseclient.LeaseEvent {
+		return leaseclient.LeaseEvent{Lease: leaseapi.Lease{Namespace: "payments", Name: name, Holder: holder, FencingToken: token, Revoked: revoked}}
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go func() { _ = r.Start(ctx) }()
-	want := types.NamespacedName{Namespace: "payments", Name: "exporter"}
-	select {
-	case got := <-woken:
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("Start woke (-want +got):\n%s", diff)
+	steps := []struct {
+		what string
+		ev   leaseclient.LeaseEvent
+		want []string
+	}{
+		{"a reset wakes every BerthLease without a term", leaseclient.LeaseEvent{Reset: true}, []string{"also-waiting", "unrelated", "waiting"}},
+		{"what the waiting ones already know wakes nothing", lease("exporter", other, 3, false), nil},
+		{"a release wakes the BerthLeases naming the lease", lease("exporter", "", 3, false), []string{"also-waiting", "waiting"}},
+		{"the holder's own term wakes nothing", lease("scheduler", us, 5, false), nil},
+		{"its revocation wakes the holder", lease("scheduler", us, 5, true), []string{"holding"}},
+		{"a lease nobody here names wakes nothing", lease("unknown", other, 1, false), nil},
+		{"another namespace's lease of the same name wakes nothing", leaseclient.LeaseEvent{Lease: leaseapi.Lease{Namespace: "billing", Name: "exporter"}}, nil},
+	}
+	for _, step := range steps {
+		r.leaseChanged(ctx, step.ev)
+		if diff := cmp.Diff(step.want, w.take()); diff != "" {
+			t.Errorf("%s: woken (-want +got):\n%s", step.what, diff)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Start did not wake the BerthLease that waited before it")
 	}
 
-	r.watch(t.Context(), bl, mem, true) // the reconcile Start asked for
-	select {
-	case got := <-woken:
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("the long poll woke (-want +got):\n%s", diff)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the long poll started after Start did not wake its BerthLease")
+	r.changes.up.Store(true)
+	r.streamConnected(ctx, false)
+	if diff := cmp.Diff([]string{"also-waiting", "unrelated", "waiting"}, w.take()); diff != "" {
+		t.Errorf("a broken stream wakes the waiting BerthLeases to poll (-want +got):\n%s", diff)
 	}
-	leases.mu.Lock()
-	defer leases.mu.Unlock()
-	if diff := cmp.Diff([]string{"exporter"}, leases.watched); diff != "" {
-		t.Errorf("long polls (-want +got):\n%s", diff)
+	r.forget("uid-waiting")
+	r.leaseChanged(ctx, lease("exporter", other, 4, false))
+	if diff := cmp.Diff([]string{"also-waiting"}, w.take()); diff != "" {
+		t.Errorf("a forgotten BerthLease is not woken (-want +got):\n%s", diff)
+	}
+}
+
+// TestWaitIntervalFollowsTheStream: a cluster waiting for another's lease
+// only looks again at a backstop while the stream is connected, and at
+// every heartbeat (or the holder's expiry) while it is not.
+func TestWaitIntervalFollowsTheStream(t *testing.T) {
+	r := &BerthLeaseReconciler{}
+	p := &observation{holder: us, heartbeat: 10 * time.Second}
+	waiting := with(tenure{started: true}, saw(granted(other, 3)))
+	if got := r.waitInterval(p, waiting); got != p.heartbeat {
+		t.Errorf("without the stream a waiting cluster looks again after %v, want a heartbeat", got)
+	}
+	r.changes.up.Store(true)
+	if got := r.waitInterval(p, waiting); got < streamBackstop || got > streamBackstop*6/5 {
+		t.Errorf("with the stream a waiting cluster looks again after %v, want the backstop of %v plus up to a fifth", got, streamBackstop)
+	}
+	failing := with(waiting, func(t *tenure) { t.apiErr = errors.New("unreachable") })
+	if got := r.waitInterval(p, failing); got != retryInterval(p.heartbeat) {
+		t.Errorf("after a failed call a waiting cluster retries after %v, want %v", got, retryInterval(p.heartbeat))
 	}
 }
 
