@@ -70,10 +70,16 @@ type BerthLeaseStatus struct {
 	// +optional
 	ReleasingToken int32 `json:"releasingToken,omitempty"`
 
-	// AcquiredAt, RenewTime and ExpiresAt are the lease API's times of the
-	// current term.
+	// AcquiredAt is when the current term began (the lease API's time).
 	// +optional
 	AcquiredAt *metav1.MicroTime `json:"acquiredAt,omitempty"`
+	// RenewTime and ExpiresAt are no longer written: status changes on
+	// transitions only, not at every renewal, so that a cluster of
+	// thousands of BerthLeases does not write status thousands of times a
+	// heartbeat. The agent's metric berth_agent_lease_renew_timestamp_seconds
+	// and the lease API (berthctl leases list) have the renewals; the
+	// HeartbeatHealthy condition says whether they succeed. The agent clears
+	// values an earlier release wrote.
 	// +optional
 	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
 	// +optional
@@ -111,6 +117,8 @@ type BerthLeaseStatus struct {
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.leaseState`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`,priority=1
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
+// +kubebuilder:printcolumn:name="Heartbeat",type=string,JSONPath=`.status.conditions[?(@.type=="HeartbeatHealthy")].status`,description="whether the lease API renews (holder) or answers (waiting cluster)"
+// +kubebuilder:printcolumn:name="Since",type=date,JSONPath=`.status.conditions[?(@.type=="Acquired")].lastTransitionTime`,description="since when the cluster holds, or does not hold, the lease"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BerthLease struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -228,14 +228,14 @@ func TestFailover(t *testing.T) {
 	}
 }
 
-// afterRenewal waits until m's agent has just renewed its lease (the status
-// shows a new renew time), so that a fault injected next meets nearly a
-// whole term, as the scenario's bounds assume.
+// afterRenewal waits until m's agent has just renewed its lease (the lease
+// API's record shows a new renew time), so that a fault injected next meets
+// nearly a whole term, as the scenario's bounds assume.
 func afterRenewal(t *testing.T, m *localfleet.Member) {
 	t.Helper()
-	last := m.BerthLease(t.Context()).Status.RenewTime
+	last := m.Lease(t.Context())
 	poll.For(t, ttl+10*time.Second, m.Name+" renews its lease", func() bool {
-		rt := m.BerthLease(t.Context()).Status.RenewTime
-		return rt != nil && (last == nil || !rt.Equal(last))
+		l := m.Lease(t.Context())
+		return l.Holder == m.Name && l.FencingToken == last.FencingToken && l.RenewedAt.After(last.RenewedAt)
 	})
 }

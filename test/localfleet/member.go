@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/leaseapi"
 	"github.com/berthfleet/berth/test/builders"
 	"github.com/berthfleet/berth/test/freeport"
 	"github.com/berthfleet/berth/test/kubeenv"
@@ -137,6 +138,14 @@ func (m *Member) ApplyWorkload(ctx context.Context) error {
 		return fmt.Errorf("%s: apply Deployment: %w", m.Name, err)
 	}
 	return nil
+}
+
+// Lease is the lease API's record of the workload's lease (a zero record
+// when it cannot be read).
+func (m *Member) Lease(ctx context.Context) leaseapi.Lease {
+	w := m.fleet.opts.Workload
+	l, _ := m.fleet.LeaseAPI.Admin.GetLease(ctx, w.Namespace, w.Name)
+	return l
 }
 
 // BerthLease reads the member's BerthLease (empty if it cannot).
