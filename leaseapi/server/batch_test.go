@@ -199,7 +199,9 @@ func TestBatchRenewalErrors(t *testing.T) {
 			wantCode: http.StatusBadRequest, wantInError: "leases[1].namespace: ",
 		},
 		"bad name": {
-			body:     func(t *testing.T) string { return batchBody(t, "cluster-a", ok, ok2(), renewal("ns", "bad_name", 1, 10)) },
+			body: func(t *testing.T) string {
+				return batchBody(t, "cluster-a", ok, ok2(), renewal("ns", "bad_name", 1, 10))
+			},
 			wantCode: http.StatusBadRequest, wantInError: "leases[2].name: ",
 		},
 		"fencingToken zero": {
@@ -207,11 +209,15 @@ func TestBatchRenewalErrors(t *testing.T) {
 			wantCode: http.StatusBadRequest, wantInError: "leases[0].fencingToken: ",
 		},
 		"ttlSeconds zero": {
-			body:     func(t *testing.T) string { return batchBody(t, "cluster-a", ok, ok2(), ok3(), renewal("ns", "d", 1, 0)) },
+			body: func(t *testing.T) string {
+				return batchBody(t, "cluster-a", ok, ok2(), ok3(), renewal("ns", "d", 1, 0))
+			},
 			wantCode: http.StatusBadRequest, wantInError: "leases[3].ttlSeconds: ",
 		},
 		"ttlSeconds over a day": {
-			body:     func(t *testing.T) string { return batchBody(t, "cluster-a", renewal("ns", "a", 1, leaseapi.MaxTTLSeconds+1)) },
+			body: func(t *testing.T) string {
+				return batchBody(t, "cluster-a", renewal("ns", "a", 1, leaseapi.MaxTTLSeconds+1))
+			},
 			wantCode: http.StatusBadRequest, wantInError: "leases[0].ttlSeconds: ",
 		},
 		"a key twice": {
@@ -245,7 +251,9 @@ func TestBatchRenewalErrors(t *testing.T) {
 			wantCode: http.StatusBadRequest, wantInError: "body: ",
 		},
 		"wrong type": {
-			body:     func(*testing.T) string { return `{"holder":"cluster-a","leases":[{"namespace":"ns","name":"a","fencingToken":"1","ttlSeconds":5}]}` },
+			body: func(*testing.T) string {
+				return `{"holder":"cluster-a","leases":[{"namespace":"ns","name":"a","fencingToken":"1","ttlSeconds":5}]}`
+			},
 			wantCode: http.StatusBadRequest, wantInError: "fencingToken: ",
 		},
 		"body over 4 MiB": {

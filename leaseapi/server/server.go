@@ -205,7 +205,7 @@ func (s *Server) record(rec *recorder, r *http.Request, pattern string, p Princi
 	s.Metrics.requests.WithLabelValues(pattern, strconv.Itoa(rec.code)).Inc()
 	s.Metrics.requestDuration.WithLabelValues(pattern).Observe(elapsed.Seconds())
 	kv := []any{"requestId", requestID(r), "method", r.Method, "path", r.URL.Path, "route", pattern,
-		"status", rec.code, "bytes", rec.bytes, "durationMs", float64(elapsed.Microseconds())/1000,
+		"status", rec.code, "bytes", rec.bytes, "durationMs", float64(elapsed.Microseconds()) / 1000,
 		"subject", p.Subject, "remote", r.RemoteAddr}
 	if rec.leases > 0 {
 		kv = append(kv, "leases", rec.leases)
