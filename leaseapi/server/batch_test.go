@@ -20,9 +20,14 @@ const renewalsPath = "/v1alpha1/renewals"
 // batchBody is the JSON of a batched renewal.
 func batchBody(t *testing.T, holder string, leases ...leaseapi.BatchRenewal) string {
 	t.Helper()
+	return batchBodyB(t, holder, leases)
+}
+
+func batchBodyB(tb testing.TB, holder string, leases []leaseapi.BatchRenewal) string {
+	tb.Helper()
 	b, err := json.Marshal(leaseapi.BatchRenewRequest{Holder: holder, Leases: leases})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return string(b)
 }
