@@ -15,16 +15,39 @@ import (
 // ErrBodyTooLarge is returned by Decode for a body over MaxBodyBytes.
 var ErrBodyTooLarge = fmt.Errorf("request body exceeds %d bytes", MaxBodyBytes)
 
+// BodyTooLarge is the error of a body over limit bytes. It matches
+// ErrBodyTooLarge and names limit.
+func BodyTooLarge(limit int) error {
+	if limit == MaxBodyBytes {
+		return ErrBodyTooLarge
+	}
+	return &bodyTooLargeError{limit: limit}
+}
+
+type bodyTooLargeError struct{ limit int }
+
+func (e *bodyTooLargeError) Error() string {
+	return fmt.Sprintf("request body exceeds %d bytes", e.limit)
+}
+
+func (e *bodyTooLargeError) Is(target error) bool { return target == ErrBodyTooLarge }
+
 // Decode reads exactly one JSON value from r into v. It refuses bodies over
 // MaxBodyBytes, unknown fields, and anything after the value, and names the
 // offending field where it can, so that a 400 tells the caller what to fix.
 func Decode(r io.Reader, v any) error {
-	body, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
+	return DecodeLimited(r, v, MaxBodyBytes)
+}
+
+// DecodeLimited is Decode with a body bound of limit bytes instead of
+// MaxBodyBytes (MaxBatchBodyBytes for a batched renewal).
+func DecodeLimited(r io.Reader, v any, limit int) error {
+	body, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
 	if err != nil {
 		return fmt.Errorf("read request body: %w", err)
 	}
-	if len(body) > MaxBodyBytes {
-		return ErrBodyTooLarge
+	if len(body) > limit {
+		return BodyTooLarge(limit)
 	}
 	return DecodeBytes(body, v)
 }

@@ -15,6 +15,13 @@ const (
 	MaxKeyLength = 253
 	// MaxTTLSeconds bounds ttlSeconds so that expiry times stay representable.
 	MaxTTLSeconds = 24 * 60 * 60
+	// MaxBatchLeases bounds the leases of one batched renewal.
+	MaxBatchLeases = 10000
+	// MaxBatchBodyBytes bounds the body of a batched renewal (POST
+	// /v1alpha1/renewals) instead of MaxBodyBytes: room for MaxBatchLeases
+	// leases with keys of the longest length. Every other route keeps
+	// MaxBodyBytes.
+	MaxBatchBodyBytes = 4 << 20
 )
 
 // AcquireRequest is the body of POST .../leases/{name}/acquire.
@@ -34,6 +41,36 @@ type RenewRequest struct {
 type ReleaseRequest struct {
 	Holder       string `json:"holder"`
 	FencingToken int32  `json:"fencingToken"`
+}
+
+// BatchRenewRequest is the body of POST /v1alpha1/renewals: one holder's
+// renewals of many leases in one request, each as POST .../renew would make
+// it.
+type BatchRenewRequest struct {
+	Holder string         `json:"holder"`
+	Leases []BatchRenewal `json:"leases"`
+}
+
+// BatchRenewal is one lease of a BatchRenewRequest.
+type BatchRenewal struct {
+	Namespace    string `json:"namespace"`
+	Name         string `json:"name"`
+	FencingToken int32  `json:"fencingToken"`
+	TTLSeconds   int32  `json:"ttlSeconds"`
+}
+
+// BatchRenewResponse answers a batched renewal: Items[i] answers Leases[i]
+// of the request.
+type BatchRenewResponse struct {
+	Items []BatchRenewResult `json:"items"`
+}
+
+// BatchRenewResult is the answer for one lease of a batched renewal: its key
+// and what POST .../renew would have answered for it.
+type BatchRenewResult struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	AcquireResponse
 }
 
 // AcquireResponse answers acquire and renew. Acquired is false when another

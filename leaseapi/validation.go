@@ -68,6 +68,67 @@ func (r *RenewRequest) Validate() error {
 	return errors.Join(validateHolder(r.Holder), validateToken(r.FencingToken), validateTTL(r.TTLSeconds))
 }
 
+// Validate checks a batched renewal: the holder as for renew, between 1 and
+// MaxBatchLeases leases, each with a valid key, token and TTL, and no key
+// twice. Fields of a lease are named by its index ("leases[3].ttlSeconds").
+func (r *BatchRenewRequest) Validate() error {
+	errs := []error{validateHolder(r.Holder)}
+	if n := len(r.Leases); n < 1 || n > MaxBatchLeases {
+		return errors.Join(append(errs, &FieldError{Field: "leases", Reason: fmt.Sprintf("must hold between 1 and %d leases, got %d", MaxBatchLeases, n)})...)
+	}
+	seen := make(map[Key]int, len(r.Leases))
+	bad := 0
+	for i, l := range r.Leases {
+		err := l.validate()
+		k := Key{Namespace: l.Namespace, Name: l.Name}
+		if first, ok := seen[k]; ok && err == nil {
+			err = &FieldError{Field: fmt.Sprintf("leases[%d]", i), Reason: fmt.Sprintf("duplicate of leases[%d]", first)}
+		} else if err != nil {
+			err = indexed(i, err)
+		} else {
+			seen[k] = i
+		}
+		if err == nil {
+			continue
+		}
+		if bad++; bad > maxBatchErrors {
+			errs = append(errs, &FieldError{Field: "leases", Reason: fmt.Sprintf("more than %d leases are invalid; the first are named", maxBatchErrors)})
+			break
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// maxBatchErrors bounds the field errors one batch reports, so that a batch
+// of ten thousand bad leases is not answered with ten thousand reasons.
+const maxBatchErrors = 10
+
+func (l *BatchRenewal) validate() error {
+	return errors.Join(Key{Namespace: l.Namespace, Name: l.Name}.Validate(), validateToken(l.FencingToken), validateTTL(l.TTLSeconds))
+}
+
+// indexed names the fields of err's field errors as fields of leases[i].
+func indexed(i int, err error) error {
+	var errs []error
+	for _, e := range unjoin(err) {
+		var fe *FieldError
+		if errors.As(e, &fe) {
+			e = &FieldError{Field: fmt.Sprintf("leases[%d].%s", i, fe.Field), Reason: fe.Reason}
+		}
+		errs = append(errs, e)
+	}
+	return errors.Join(errs...)
+}
+
+// unjoin is the errors that errors.Join joined into err, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
 // Validate checks a release request.
 func (r *ReleaseRequest) Validate() error {
 	return errors.Join(validateHolder(r.Holder), validateToken(r.FencingToken))

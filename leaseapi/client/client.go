@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -178,6 +180,84 @@ func (c *Client) Renew(ctx context.Context, namespace, name, holder string, fenc
 	return out, nil
 }
 
+// Renewal is one lease of a batched renewal.
+type Renewal struct {
+	Namespace, Name string
+	FencingToken    int32
+	TTL             time.Duration
+}
+
+// maxBatchAnswerBytes bounds the answer to one batched renewal: an item of
+// the longest key and holder is under 800 bytes.
+const maxBatchAnswerBytes = 16 << 20
+
+// RenewBatch renews every lease in renewals for holder: one request per leaseapi.MaxBatchLeases. results[i] answers renewals[i] exactly as Renew would.
+//
+// Each request is bounded by ctx and, when ctx has no deadline, by
+// Config.Timeout of its own, so a call of several requests may take
+// several timeouts: callers that renew on a heartbeat bound the call with
+// their renewal deadline. Requests are retried as Renew's are (a renewal
+// repeated only extends the holder's own terms).
+//
+// On an error no results are returned, and the caller should count every
+// lease of the call as not renewed this time, although some renewals may
+// have landed. A server that predates batched renewals answers with an
+// error matching ErrNotSupported: renew lease by lease with Renew then.
+func (c *Client) RenewBatch(ctx context.Context, holder string, renewals []Renewal) ([]AcquireResult, error) {
+	results := make([]AcquireResult, 0, len(renewals))
+	for chunk := range slices.Chunk(renewals, leaseapi.MaxBatchLeases) {
+		req := leaseapi.BatchRenewRequest{Holder: holder, Leases: make([]leaseapi.BatchRenewal, len(chunk))}
+		for i, r := range chunk {
+			req.Leases[i] = leaseapi.BatchRenewal{Namespace: r.Namespace, Name: r.Name, FencingToken: r.FencingToken, TTLSeconds: ttlSeconds(r.TTL)}
+		}
+		body, err := json.Marshal(req)
+		if err != nil {
+			return nil, fmt.Errorf("renew %d leases: encode request: %w", len(chunk), err)
+		}
+		var out leaseapi.BatchRenewResponse
+		if err := c.send(ctx, http.MethodPost, "/v1alpha1/renewals", body, &out, maxBatchAnswerBytes); err != nil {
+			return nil, fmt.Errorf("renew %d leases: %w", len(chunk), notSupported(err, len(body)))
+		}
+		if err := matchItems(req.Leases, out.Items); err != nil {
+			return nil, fmt.Errorf("renew %d leases: %w", len(chunk), err)
+		}
+		for _, item := range out.Items {
+			results = append(results, item.AcquireResponse)
+		}
+	}
+	return results, nil
+}
+
+// notSupported marks the answers of a server without POST
+// /v1alpha1/renewals: 404 for the route, or 413 for a body within
+// leaseapi.MaxBatchBodyBytes, which such a server bounds at
+// leaseapi.MaxBodyBytes before it routes.
+func notSupported(err error, bodyBytes int) error {
+	if errors.Is(err, ErrNotFound) || (bodyBytes <= leaseapi.MaxBatchBodyBytes && isStatus(err, http.StatusRequestEntityTooLarge)) {
+		return fmt.Errorf("%w: %w", ErrNotSupported, err)
+	}
+	return err
+}
+
+func isStatus(err error, code int) bool {
+	var apiErr *APIError
+	return errors.As(err, &apiErr) && apiErr.StatusCode == code
+}
+
+// matchItems checks that a batched renewal's answer has an item per lease,
+// in the order of the request.
+func matchItems(sent []leaseapi.BatchRenewal, items []leaseapi.BatchRenewResult) error {
+	if len(items) != len(sent) {
+		return fmt.Errorf("%w: %d items for %d leases", ErrUnexpected, len(items), len(sent))
+	}
+	for i, item := range items {
+		if item.Namespace != sent[i].Namespace || item.Name != sent[i].Name {
+			return fmt.Errorf("%w: item %d is %s/%s, want %s/%s", ErrUnexpected, i, item.Namespace, item.Name, sent[i].Namespace, sent[i].Name)
+		}
+	}
+	return nil
+}
+
 // Release gives the lease up. Releasing a free lease succeeds; releasing a
 // lease held by another holder or token is ErrConflict. An administrator's
 // release of another subject's live term revokes it instead of freeing it:
@@ -308,12 +388,10 @@ func (c *Client) Ready(ctx context.Context) error {
 	return nil
 }
 
+// maxAnswerBytes bounds an answer to any call but a batched renewal.
+const maxAnswerBytes = 1 << 20
+
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-	}
 	var body []byte
 	if in != nil {
 		var err error
@@ -321,11 +399,22 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 			return fmt.Errorf("encode request: %w", err)
 		}
 	}
+	return c.send(ctx, method, path, body, out, maxAnswerBytes)
+}
+
+// send makes one call with a JSON body (none when body is nil) and decodes
+// an answer of at most maxAnswer bytes into out.
+func (c *Client) send(ctx context.Context, method, path string, body []byte, out any, maxAnswer int64) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
 	req, err := retryablehttp.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return err
 	}
-	if in != nil {
+	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
@@ -337,7 +426,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
 		return fmt.Errorf("read answer: %w", err)
 	}

@@ -17,6 +17,11 @@ var (
 	ErrUnexpected   = errors.New("unexpected answer from API") // anything else
 )
 
+// ErrNotSupported: the server predates the call (RenewBatch against a lease
+// API without batched renewals). Make the call's work another way, such as
+// lease by lease.
+var ErrNotSupported = errors.New("not supported by this lease API")
+
 // APIError is an error answer of the lease API.
 type APIError struct {
 	StatusCode int

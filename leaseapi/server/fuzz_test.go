@@ -174,6 +174,21 @@ func (s *errorRecorder) PutLease(ctx context.Context, l store.Lease) (store.Leas
 	return l, err
 }
 
+func (s *errorRecorder) GetLeases(ctx context.Context, keys []store.LeaseKey) ([]store.Lease, error) {
+	leases, err := s.Store.(store.LeaseBatchStore).GetLeases(ctx, keys)
+	s.note(err)
+	return leases, err
+}
+
+func (s *errorRecorder) PutLeases(ctx context.Context, leases []store.Lease) ([]store.Lease, []error, error) {
+	written, errs, err := s.Store.(store.LeaseBatchStore).PutLeases(ctx, leases)
+	s.note(err)
+	for _, err := range errs {
+		s.note(err)
+	}
+	return written, errs, err
+}
+
 func (s *errorRecorder) ListLeases(ctx context.Context, opts store.ListOptions) ([]store.Lease, bool, error) {
 	leases, more, err := s.Store.ListLeases(ctx, opts)
 	s.note(err)

@@ -61,6 +61,43 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, p Principal) erro
 	return nil
 }
 
+// renewBatch renews many leases of one holder in one request (POST
+// /v1alpha1/renewals): each exactly as renew decides it, at one reading of
+// the clock. A store failure fails the whole batch (500), although some
+// renewals may have landed: they only extend the caller's own terms, and
+// the caller counts every lease of the batch as not renewed.
+func (s *Server) renewBatch(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req leaseapi.BatchRenewRequest
+	if err := leaseapi.DecodeLimited(r.Body, &req, leaseapi.MaxBatchBodyBytes); err != nil {
+		return err
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if !p.mayHold(req.Holder) {
+		return forbiddenHolder(p, req.Holder)
+	}
+	if rec, ok := w.(*recorder); ok {
+		rec.leases = len(req.Leases)
+	}
+	s.Metrics.batchLeases.Observe(float64(len(req.Leases)))
+	renewals := make([]lease.Renewal, len(req.Leases))
+	for i, l := range req.Leases {
+		renewals[i] = lease.Renewal{Key: leaseapi.Key{Namespace: l.Namespace, Name: l.Name}, Token: l.FencingToken, TTL: seconds(l.TTLSeconds)}
+	}
+	decisions, err := s.Service.RenewBatch(r.Context(), req.Holder, renewals)
+	if err != nil {
+		return err
+	}
+	out := leaseapi.BatchRenewResponse{Items: make([]leaseapi.BatchRenewResult, len(decisions))}
+	for i, d := range decisions {
+		s.Metrics.observeDecision(d)
+		out.Items[i] = leaseapi.BatchRenewResult{Namespace: req.Leases[i].Namespace, Name: req.Leases[i].Name, AcquireResponse: acquireResponse(d)}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
 // release ends the caller's own term: the holder's statement that its
 // workload has stopped. An administrator's release of another subject's
 // live term revokes it instead, since only the holder knows when its

@@ -357,3 +357,19 @@ func (s *faultyStore) Ping(ctx context.Context) error {
 	}
 	return s.Store.Ping(ctx)
 }
+
+// GetLeases and PutLeases reach the SQLite store's store.LeaseBatchStore,
+// so that a batched renewal takes the batch path as in berth-leaseapi.
+func (s *faultyStore) GetLeases(ctx context.Context, keys []store.LeaseKey) ([]store.Lease, error) {
+	if err := s.injected("GetLeases"); err != nil {
+		return nil, err
+	}
+	return s.Store.(store.LeaseBatchStore).GetLeases(ctx, keys)
+}
+
+func (s *faultyStore) PutLeases(ctx context.Context, leases []store.Lease) ([]store.Lease, []error, error) {
+	if err := s.injected("PutLeases"); err != nil {
+		return nil, nil, err
+	}
+	return s.Store.(store.LeaseBatchStore).PutLeases(ctx, leases)
+}

@@ -76,7 +76,8 @@ var errBodyTimeout = errors.New("request body not received in time")
 
 // readBody reads every request body whole, before routing and
 // authentication, under a read deadline of Limits.BodyReadTimeout, and hands
-// it on from memory; a body over leaseapi.MaxBodyBytes is 413.
+// it on from memory; a body over limit(r) bytes (leaseapi.MaxBodyBytes but
+// for the routes that declare a larger bound) is 413.
 //
 // It runs first so that no answer is written with a body still unread: Go's
 // server would then drain up to 256 KiB of it before answering, with no
@@ -88,7 +89,7 @@ var errBodyTimeout = errors.New("request body not received in time")
 // so that it can never end a long poll's connection or context. (Go's
 // HTTP/1 server also clears it when its background read starts at the
 // body's end; this does not depend on that.)
-func (s *Server) readBody(next http.Handler) http.Handler {
+func (s *Server) readBody(limit func(*http.Request) int, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
@@ -99,12 +100,13 @@ func (s *Server) readBody(next http.Handler) http.Handler {
 		// A writer that cannot take deadlines (a test's recorder) reads
 		// bounded in size only.
 		deadline := rc.SetReadDeadline(start.Add(s.Limits.BodyReadTimeout)) == nil
-		body, err := io.ReadAll(io.LimitReader(r.Body, leaseapi.MaxBodyBytes+1))
+		bound := limit(r)
+		body, err := io.ReadAll(io.LimitReader(r.Body, int64(bound)+1))
 		switch {
 		case err != nil:
 			err = bodyReadError(err, s.Limits.BodyReadTimeout)
-		case len(body) > leaseapi.MaxBodyBytes:
-			err = leaseapi.ErrBodyTooLarge
+		case len(body) > bound:
+			err = leaseapi.BodyTooLarge(bound)
 		}
 		if err != nil {
 			w.Header().Set("Connection", "close")

@@ -19,6 +19,7 @@ type Metrics struct {
 	requests         *prometheus.CounterVec
 	requestDuration  *prometheus.HistogramVec
 	outcomes         *prometheus.CounterVec
+	batchLeases      prometheus.Histogram
 	storeDuration    *prometheus.HistogramVec
 	leasesHeld       prometheus.Gauge
 	transitions      *prometheus.CounterVec
@@ -45,6 +46,11 @@ func NewMetrics() *Metrics {
 			Name: "berth_leaseapi_outcomes_total",
 			Help: "Lease and registry requests by outcome: acquired, held-by-other, renewed, lost, released, revoked, conflict, unauthorized, invalid, error.",
 		}, []string{"outcome"}),
+		batchLeases: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "berth_leaseapi_batch_renewal_leases",
+			Help:    "Leases per batched renewal (POST /v1alpha1/renewals) accepted for renewal.",
+			Buckets: []float64{1, 10, 50, 100, 500, 1000, 2500, 5000, 10000},
+		}),
 		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "berth_leaseapi_store_duration_seconds",
 			Help:    "Time of one store call, by operation.",
@@ -74,7 +80,7 @@ func NewMetrics() *Metrics {
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.requestDuration, m.outcomes, m.storeDuration, m.leasesHeld,
+		m.requests, m.requestDuration, m.outcomes, m.batchLeases, m.storeDuration, m.leasesHeld,
 		m.transitions, m.clustersTotal, m.clustersHealthy, m.clustersCordoned,
 	)
 	return m
@@ -94,9 +100,31 @@ func (m *Metrics) observeDecision(d lease.Decision) {
 	}
 }
 
-// InstrumentStore wraps s so that every call's latency is observed.
+// InstrumentStore wraps s so that every call's latency is observed. The
+// wrapper offers store.LeaseBatchStore when s does.
 func (m *Metrics) InstrumentStore(s store.Store) store.Store {
-	return &instrumentedStore{Store: s, m: m}
+	is := &instrumentedStore{Store: s, m: m}
+	if b, ok := s.(store.LeaseBatchStore); ok {
+		return &instrumentedBatchStore{instrumentedStore: is, batch: b}
+	}
+	return is
+}
+
+type instrumentedBatchStore struct {
+	*instrumentedStore
+	batch store.LeaseBatchStore
+}
+
+var _ store.LeaseBatchStore = (*instrumentedBatchStore)(nil)
+
+func (s *instrumentedBatchStore) GetLeases(ctx context.Context, keys []store.LeaseKey) ([]store.Lease, error) {
+	defer s.observe("get_leases", time.Now())
+	return s.batch.GetLeases(ctx, keys)
+}
+
+func (s *instrumentedBatchStore) PutLeases(ctx context.Context, leases []store.Lease) ([]store.Lease, []error, error) {
+	defer s.observe("put_leases", time.Now())
+	return s.batch.PutLeases(ctx, leases)
 }
 
 type instrumentedStore struct {

@@ -73,6 +73,9 @@ type route struct {
 	handle          handlerFunc
 	// public routes answer without authentication (health probes).
 	public bool
+	// maxBody bounds the route's request bodies instead of
+	// leaseapi.MaxBodyBytes.
+	maxBody int
 }
 
 func (s *Server) routes() http.Handler {
@@ -83,6 +86,7 @@ func (s *Server) routes() http.Handler {
 		{method: http.MethodPost, pattern: leaseRoute + "/release", handle: s.release},
 		{method: http.MethodPost, pattern: leaseRoute + "/revoke", handle: s.revoke},
 		{method: http.MethodGet, pattern: leaseRoute, handle: s.getLease},
+		{method: http.MethodPost, pattern: "/v1alpha1/renewals", handle: s.renewBatch, maxBody: leaseapi.MaxBatchBodyBytes},
 		{method: http.MethodGet, pattern: "/v1alpha1/leases", handle: s.listLeases},
 		{method: http.MethodPut, pattern: "/v1alpha1/clusters/{id}", handle: s.registerCluster},
 		{method: http.MethodGet, pattern: "/v1alpha1/clusters", handle: s.listClusters},
@@ -105,7 +109,27 @@ func (s *Server) routes() http.Handler {
 	}
 	unmatched := s.serve("unmatched", nil)
 	mux.Handle("/", unmatched)
-	return withRequestID(s.readBody(routable(mux, unmatched)))
+	return withRequestID(s.readBody(bodyLimits(mux, table), routable(mux, unmatched)))
+}
+
+// bodyLimits returns the body bound of a request: the maxBody of the route
+// the mux picks for it, or leaseapi.MaxBodyBytes. It is decided before the
+// body is read, so a larger bound applies to its own route and method only.
+func bodyLimits(mux *http.ServeMux, table []route) func(*http.Request) int {
+	larger := map[[2]string]int{}
+	for _, rt := range table {
+		if rt.maxBody > 0 {
+			larger[[2]string{rt.method, rt.pattern}] = rt.maxBody
+		}
+	}
+	return func(r *http.Request) int {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			if n, ok := larger[[2]string{r.Method, pattern}]; ok {
+				return n
+			}
+		}
+		return leaseapi.MaxBodyBytes
+	}
 }
 
 // routable hands unmatched the requests whose target is not a path, which
@@ -180,9 +204,13 @@ func (s *Server) record(rec *recorder, r *http.Request, pattern string, p Princi
 	elapsed := time.Since(start)
 	s.Metrics.requests.WithLabelValues(pattern, strconv.Itoa(rec.code)).Inc()
 	s.Metrics.requestDuration.WithLabelValues(pattern).Observe(elapsed.Seconds())
-	s.Log.Info("request", "requestId", requestID(r), "method", r.Method, "path", r.URL.Path, "route", pattern,
-		"status", rec.code, "bytes", rec.bytes, "durationMs", float64(elapsed.Microseconds())/1000,
-		"subject", p.Subject, "remote", r.RemoteAddr)
+	kv := []any{"requestId", requestID(r), "method", r.Method, "path", r.URL.Path, "route", pattern,
+		"status", rec.code, "bytes", rec.bytes, "durationMs", float64(elapsed.Microseconds()) / 1000,
+		"subject", p.Subject, "remote", r.RemoteAddr}
+	if rec.leases > 0 {
+		kv = append(kv, "leases", rec.leases)
+	}
+	s.Log.Info("request", kv...)
 }
 
 var (
@@ -257,11 +285,13 @@ func requestID(r *http.Request) string {
 	return hex.EncodeToString(b[:])
 }
 
-// recorder remembers the status and size of an answer.
+// recorder remembers the status and size of an answer, and how many leases
+// a batched request named, for the access log.
 type recorder struct {
 	http.ResponseWriter
-	code  int
-	bytes int
+	code   int
+	bytes  int
+	leases int
 }
 
 func (r *recorder) WriteHeader(code int) {

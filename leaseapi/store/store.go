@@ -101,6 +101,29 @@ type LeaseStore interface {
 	ListLeases(ctx context.Context, opts ListOptions) (leases []Lease, more bool, err error)
 }
 
+// LeaseKey names one lease of a LeaseBatchStore call.
+type LeaseKey struct{ Namespace, Name string }
+
+// LeaseBatchStore is what a store may also offer: many leases read, and many
+// compare-and-swap writes made, in one round trip each. The lease service
+// renews a batch of leases through it (and lease by lease through
+// LeaseStore when a store does not offer it).
+type LeaseBatchStore interface {
+	// GetLeases returns the records of keys, the i-th answering keys[i]; a
+	// key never written comes back with its Namespace and Name, Version
+	// zero and nothing else set.
+	GetLeases(ctx context.Context, keys []LeaseKey) ([]Lease, error)
+	// PutLeases makes the compare-and-swap write of PutLease for every
+	// lease, each on its own version, and reports each on its own:
+	// written[i] with its new version when errs[i] is nil, else errs[i]
+	// is ErrConflict (or what else failed for that lease alone) and
+	// leases[i] is not written. A key should appear once; of writes of
+	// one key prepared from one version at most one lands. err is a
+	// failure of the round trip: then any of the writes may have landed
+	// or not.
+	PutLeases(ctx context.Context, leases []Lease) (written []Lease, errs []error, err error)
+}
+
 // ClusterStore keeps cluster registrations.
 type ClusterStore interface {
 	// GetCluster returns a registration, or ErrNotFound.

@@ -17,8 +17,17 @@ import (
 	"github.com/berthfleet/berth/leaseapi/client"
 )
 
-// renewer renews one holder's lease once and reports whether it still holds it.
-type renewer func(ctx context.Context) (bool, error)
+// renewer renews one holder's leases once and reports how many it renewed
+// and how many it lost.
+type renewer func(ctx context.Context) (renewed, lost int, err error)
+
+// outcome counts one lease's renewal.
+func outcome(held bool) (renewed, lost int) {
+	if held {
+		return 1, 0
+	}
+	return 0, 1
+}
 
 // leaseAPIHolders acquires a lease per holder through the lease API.
 func leaseAPIHolders(ctx context.Context, o options) ([]renewer, error) {
@@ -39,9 +48,46 @@ func leaseAPIHolders(ctx context.Context, o options) ([]renewer, error) {
 		case !res.Acquired:
 			return nil, fmt.Errorf("lease %s is held by %q: use another --namespace", name, res.Holder)
 		}
-		return func(ctx context.Context) (bool, error) {
+		return func(ctx context.Context) (int, int, error) {
 			r, err := c.Renew(ctx, o.namespace, name, name, res.FencingToken, o.ttl)
-			return r.Acquired, err
+			renewed, lost := outcome(r.Acquired)
+			return renewed, lost, err
+		}, nil
+	})
+}
+
+// batchHolders acquires o.batch leases per holder through the lease API;
+// each renew is one client.RenewBatch of all of them.
+func batchHolders(ctx context.Context, o options) ([]renewer, error) {
+	c, err := client.New(client.Config{URL: o.url, TokenFile: o.tokenFile, MaxConnsPerHost: o.holders, RetryMax: -1})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Ready(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "load: %d holders acquiring %d leases each\n", o.holders, o.batch)
+	return prepare(o.holders, func(i int) (renewer, error) {
+		holder := holderName(i)
+		renewals := make([]client.Renewal, o.batch)
+		for j := range renewals {
+			name := fmt.Sprintf("%s-%05d", holder, j)
+			res, err := c.Acquire(ctx, o.namespace, name, holder, o.ttl)
+			switch {
+			case err != nil:
+				return nil, err
+			case !res.Acquired:
+				return nil, fmt.Errorf("lease %s is held by %q: use another --namespace", name, res.Holder)
+			}
+			renewals[j] = client.Renewal{Namespace: o.namespace, Name: name, FencingToken: res.FencingToken, TTL: o.ttl}
+		}
+		return func(ctx context.Context) (renewed, lost int, err error) {
+			results, err := c.RenewBatch(ctx, holder, renewals)
+			for _, r := range results {
+				rn, l := outcome(r.Acquired)
+				renewed, lost = renewed+rn, lost+l
+			}
+			return renewed, lost, err
 		}, nil
 	})
 }
@@ -76,19 +122,19 @@ func kubeHolders(ctx context.Context, o options) ([]renewer, error) {
 		if err != nil {
 			return nil, err
 		}
-		return func(ctx context.Context) (bool, error) {
+		return func(ctx context.Context) (int, int, error) {
 			next := cur.DeepCopy()
 			now := metav1.NewMicroTime(time.Now())
 			next.Spec.RenewTime = &now
 			updated, err := leases.Update(ctx, next, metav1.UpdateOptions{})
 			if apierrors.IsConflict(err) {
-				return false, nil
+				return 0, 1, nil
 			}
 			if err != nil {
-				return false, err
+				return 0, 0, err
 			}
 			cur = updated
-			return true, nil
+			return 1, 0, nil
 		}, nil
 	})
 }

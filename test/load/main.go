@@ -6,6 +6,11 @@
 // stalled server shows up in the percentiles instead of hiding behind fewer
 // requests. With --rate 0 every holder renews back to back (closed loop),
 // which measures the most the server can do.
+//
+// With --batch N every holder holds N leases and renews them all in one
+// request (POST /v1alpha1/renewals, client.RenewBatch): throughput counts
+// acknowledged renewals, latency is that of the batch requests, and --rate
+// is in requests per second.
 package main
 
 import (
@@ -20,6 +25,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/berthfleet/berth/leaseapi"
 )
 
 type options struct {
@@ -31,6 +38,7 @@ type options struct {
 	url        string
 	tokenFile  string
 	holders    int
+	batch      int
 	rate       float64
 	duration   time.Duration
 	warmup     time.Duration
@@ -45,7 +53,8 @@ func main() {
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "baseline mode: renew Lease objects on this cluster's kube-apiserver directly")
 	flag.StringVar(&o.tokenFile, "token-file", "", "bearer token file")
 	flag.IntVar(&o.holders, "holders", 500, "concurrent holders, each with a lease of its own")
-	flag.Float64Var(&o.rate, "rate", 5000, "total renews per second (0: closed loop, as fast as answered)")
+	flag.IntVar(&o.batch, "batch", 0, "leases per holder, renewed in one batched request (0: one lease, renewed alone)")
+	flag.Float64Var(&o.rate, "rate", 5000, "total renew requests per second (0: closed loop, as fast as answered)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured time")
 	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before it")
 	flag.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease TTL")
@@ -68,12 +77,17 @@ func main() {
 }
 
 // Result is what one run measured.
+//
+// Renews counts acknowledged renewals and Throughput is their rate; with
+// --batch, Requests counts the batch requests whose latencies are given.
 type Result struct {
 	Target     string  `json:"target"`
 	Holders    int     `json:"holders"`
+	Batch      int     `json:"batch,omitempty"`
 	TargetRate float64 `json:"targetRate"`
 	Seconds    float64 `json:"seconds"`
 	Renews     int     `json:"renews"`
+	Requests   int     `json:"requests"`
 	Errors     int     `json:"errors"`
 	Lost       int     `json:"lost"`
 	Throughput float64 `json:"throughput"`
@@ -88,21 +102,31 @@ func (r Result) String() string {
 	if r.TargetRate > 0 {
 		target = fmt.Sprintf("target %.0f/s", r.TargetRate)
 	}
-	return fmt.Sprintf("%s: holders=%d %s: %d renews in %.1fs = %.0f/s, errors=%d lost=%d, latency p50=%.2fms p90=%.2fms p99=%.2fms max=%.2fms",
-		r.Target, r.Holders, target, r.Renews, r.Seconds, r.Throughput, r.Errors, r.Lost, r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs)
+	batch := ""
+	if r.Batch > 0 {
+		batch = fmt.Sprintf(" batch=%d (%d requests)", r.Batch, r.Requests)
+	}
+	return fmt.Sprintf("%s: holders=%d%s %s: %d renews in %.1fs = %.0f/s, errors=%d lost=%d, latency p50=%.2fms p90=%.2fms p99=%.2fms max=%.2fms",
+		r.Target, r.Holders, batch, target, r.Renews, r.Seconds, r.Throughput, r.Errors, r.Lost, r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs)
 }
 
 func run(ctx context.Context, o options) (Result, error) {
-	if o.holders < 1 || o.rate < 0 || o.duration <= 0 {
-		return Result{}, fmt.Errorf("--holders must be positive, --rate not negative, --duration positive")
+	if o.holders < 1 || o.rate < 0 || o.duration <= 0 || o.batch < 0 || o.batch > leaseapi.MaxBatchLeases {
+		return Result{}, fmt.Errorf("--holders must be positive, --rate not negative, --duration positive, --batch between 0 and %d", leaseapi.MaxBatchLeases)
+	}
+	if o.batch > 0 && o.kubeconfig != "" {
+		return Result{}, fmt.Errorf("--batch renews through the lease API; the baseline has no batches")
 	}
 	var (
 		holders []renewer
 		err     error
 	)
-	if o.kubeconfig != "" {
+	switch {
+	case o.kubeconfig != "":
 		holders, err = kubeHolders(ctx, o)
-	} else {
+	case o.batch > 0:
+		holders, err = batchHolders(ctx, o)
+	default:
 		holders, err = leaseAPIHolders(ctx, o)
 	}
 	if err != nil {
@@ -113,28 +137,29 @@ func run(ctx context.Context, o options) (Result, error) {
 	start := time.Now()
 	measureFrom, end := start.Add(o.warmup), start.Add(o.warmup+o.duration)
 	samples := make([][]time.Duration, o.holders)
-	failures := make([][2]int, o.holders) // errors, lost
+	counts := make([]counts, o.holders)
 	var wg sync.WaitGroup
 	for i := range o.holders {
 		wg.Go(func() {
-			samples[i], failures[i] = renewLoop(ctx, holders[i], o, start, measureFrom, end)
+			samples[i], counts[i] = renewLoop(ctx, holders[i], o, start, measureFrom, end)
 		})
 	}
 	wg.Wait()
 
 	var all []time.Duration
-	res := Result{Target: "leaseapi", Holders: o.holders, TargetRate: o.rate, Seconds: o.duration.Seconds()}
+	res := Result{Target: "leaseapi", Holders: o.holders, Batch: o.batch, TargetRate: o.rate, Seconds: o.duration.Seconds()}
 	if o.kubeconfig != "" {
 		res.Target = "kube-apiserver Leases (client-go CAS)"
 	}
 	for i := range samples {
 		all = append(all, samples[i]...)
-		res.Errors += failures[i][0]
-		res.Lost += failures[i][1]
+		res.Renews += counts[i].renewed
+		res.Errors += counts[i].errors
+		res.Lost += counts[i].lost
 	}
 	slices.Sort(all)
-	res.Renews = len(all)
-	res.Throughput = float64(len(all)) / o.duration.Seconds()
+	res.Requests = len(all)
+	res.Throughput = float64(res.Renews) / o.duration.Seconds()
 	res.P50Ms, res.P90Ms, res.P99Ms = ms(percentile(all, .50)), ms(percentile(all, .90)), ms(percentile(all, .99))
 	if len(all) > 0 {
 		res.MaxMs = ms(all[len(all)-1])
@@ -142,12 +167,17 @@ func run(ctx context.Context, o options) (Result, error) {
 	return res, ctx.Err()
 }
 
-// renewLoop renews one holder's lease until end and returns the latencies of
-// the successful renews that were due after measureFrom.
-func renewLoop(ctx context.Context, h renewer, o options, start, measureFrom, end time.Time) ([]time.Duration, [2]int) {
+// counts are what one holder's measured requests did: leases renewed and
+// lost, and requests that failed.
+type counts struct{ renewed, lost, errors int }
+
+// renewLoop renews one holder's leases until end and returns the latencies
+// of the requests that were due after measureFrom and renewed every lease
+// they named, and what all of those requests did.
+func renewLoop(ctx context.Context, h renewer, o options, start, measureFrom, end time.Time) ([]time.Duration, counts) {
 	var (
 		latencies []time.Duration
-		failures  [2]int
+		c         counts
 		interval  time.Duration
 		due       = start
 	)
@@ -163,21 +193,23 @@ func renewLoop(ctx context.Context, h renewer, o options, start, measureFrom, en
 		if o.rate == 0 {
 			due = sent
 		}
-		held, err := h(ctx)
+		renewed, lost, err := h(ctx)
 		took := time.Since(due)
 		if !due.Before(measureFrom) {
 			switch {
 			case err != nil:
-				failures[0]++
-			case !held:
-				failures[1]++
+				c.errors++
 			default:
-				latencies = append(latencies, took)
+				c.renewed += renewed
+				c.lost += lost
+				if lost == 0 {
+					latencies = append(latencies, took)
+				}
 			}
 		}
 		due = due.Add(interval)
 	}
-	return latencies, failures
+	return latencies, c
 }
 
 func holderName(i int) string { return fmt.Sprintf("holder-%04d", i) }

@@ -37,7 +37,10 @@ const (
 	annotationRevoked = "berth.skaphos.io/revoked"
 )
 
-// Store is the Kubernetes store.
+// Store is the Kubernetes store. It does not implement
+// store.LeaseBatchStore: the API server has no multi-object
+// compare-and-swap, so the lease service renews a batch on it lease by lease
+// (one read and one update each), as it renews single leases.
 type Store struct {
 	client    k8s.Interface
 	namespace string

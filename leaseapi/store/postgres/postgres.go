@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,8 +24,9 @@ type Store struct {
 }
 
 var (
-	_ store.Store     = (*Store)(nil)
-	_ store.LeaseFeed = (*Store)(nil)
+	_ store.Store           = (*Store)(nil)
+	_ store.LeaseFeed       = (*Store)(nil)
+	_ store.LeaseBatchStore = (*Store)(nil)
 )
 
 // Options configures Open.
@@ -100,6 +102,146 @@ func (s *Store) PutLease(ctx context.Context, l store.Lease) (store.Lease, error
 	}
 	l.Version = version
 	return l, nil
+}
+
+// GetLeases implements store.LeaseBatchStore: one query joins the keys,
+// passed as two arrays, with the table.
+func (s *Store) GetLeases(ctx context.Context, keys []store.LeaseKey) ([]store.Lease, error) {
+	out := make([]store.Lease, len(keys))
+	namespaces, names := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = store.Lease{Namespace: k.Namespace, Name: k.Name}
+		namespaces[i], names[i] = k.Namespace, k.Name
+	}
+	rows, err := s.pool.Query(ctx, `SELECT k.idx, `+leaseColumns+`
+		FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(namespace, name, idx)
+		JOIN leases USING (namespace, name)`, namespaces, names)
+	if err != nil {
+		return nil, fmt.Errorf("get %d leases: %w", len(keys), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var idx int64
+		l, err := scanLease(rows, &idx)
+		if err != nil {
+			return nil, fmt.Errorf("get %d leases: %w", len(keys), err)
+		}
+		out[idx-1] = l
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get %d leases: %w", len(keys), err)
+	}
+	return out, nil
+}
+
+// PutLeases implements store.LeaseBatchStore in one round trip: one UPDATE
+// of the existing records, each guarded by its version, and one INSERT of
+// the new ones that must not collide, both over arrays of the leases and
+// sent as one pipelined batch. A key repeated in leases is refused with
+// ErrConflict after its first write.
+func (s *Store) PutLeases(ctx context.Context, leases []store.Lease) ([]store.Lease, []error, error) {
+	written := slices.Clone(leases)
+	errs := make([]error, len(leases))
+	var updates, inserts leaseArrays
+	first := make(map[store.LeaseKey]int, len(leases))
+	for i, l := range leases {
+		k := store.LeaseKey{Namespace: l.Namespace, Name: l.Name}
+		if _, dup := first[k]; dup {
+			errs[i] = store.ErrConflict
+			continue
+		}
+		first[k] = i
+		// Refused unless the database answers for it below.
+		errs[i] = store.ErrConflict
+		if l.Version == 0 {
+			inserts.add(i, l)
+		} else {
+			updates.add(i, l)
+		}
+	}
+	batch := &pgx.Batch{}
+	if len(updates.idx) > 0 {
+		batch.Queue(`UPDATE leases AS l SET holder = u.holder, fencing_token = u.fencing_token,
+			ttl_micros = u.ttl_micros, acquired_at = u.acquired_at, renewed_at = u.renewed_at,
+			expires_at = u.expires_at, revoked = u.revoked, version = l.version + 1
+			FROM `+leaseArraysTable+`
+			WHERE l.namespace = u.namespace AND l.name = u.name AND l.version = u.version
+			RETURNING u.idx, l.version`, updates.args()...)
+	}
+	if len(inserts.idx) > 0 {
+		batch.Queue(`INSERT INTO leases (`+leaseColumns+`)
+			SELECT namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked, 1
+			FROM `+leaseArraysTable+`
+			ON CONFLICT (namespace, name) DO NOTHING
+			RETURNING namespace, name, version`, inserts.args()...)
+	}
+	if batch.Len() == 0 {
+		return written, errs, nil
+	}
+	results := s.pool.SendBatch(ctx, batch)
+	err := func() error {
+		if len(updates.idx) > 0 {
+			rows, _ := results.Query()
+			var (
+				idx     int32
+				version int64
+			)
+			if _, err := pgx.ForEachRow(rows, []any{&idx, &version}, func() error {
+				written[idx].Version, errs[idx] = version, nil
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		if len(inserts.idx) > 0 {
+			rows, _ := results.Query()
+			var (
+				k       store.LeaseKey
+				version int64
+			)
+			if _, err := pgx.ForEachRow(rows, []any{&k.Namespace, &k.Name, &version}, func() error {
+				i := first[k]
+				written[i].Version, errs[i] = version, nil
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if err = errors.Join(err, results.Close()); err != nil {
+		return nil, nil, fmt.Errorf("write %d leases: %w", len(leases), err)
+	}
+	return written, errs, nil
+}
+
+// leaseArraysTable reads leaseArrays.args as a table u of leases, each with
+// the version it was read at and its index in the call.
+const leaseArraysTable = `unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int8[],
+	$6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::bool[], $10::int8[], $11::int4[])
+	AS u(namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked, version, idx)`
+
+// leaseArrays are leases column by column, as PostgreSQL's unnest reads them.
+type leaseArrays struct {
+	namespaces, names, holders []string
+	tokens, idx                []int32
+	ttls, versions             []int64
+	acquired, renewed, expires []*time.Time
+	revoked                    []bool
+}
+
+func (a *leaseArrays) add(i int, l store.Lease) {
+	a.namespaces, a.names, a.holders = append(a.namespaces, l.Namespace), append(a.names, l.Name), append(a.holders, l.Holder)
+	a.tokens, a.idx = append(a.tokens, l.FencingToken), append(a.idx, int32(i))
+	a.ttls, a.versions = append(a.ttls, l.TTL.Microseconds()), append(a.versions, l.Version)
+	a.acquired = append(a.acquired, nullTime(l.AcquiredAt))
+	a.renewed = append(a.renewed, nullTime(l.RenewedAt))
+	a.expires = append(a.expires, nullTime(l.ExpiresAt))
+	a.revoked = append(a.revoked, l.Revoked)
+}
+
+func (a *leaseArrays) args() []any {
+	return []any{a.namespaces, a.names, a.holders, a.tokens, a.ttls, a.acquired, a.renewed, a.expires, a.revoked, a.versions, a.idx}
 }
 
 // ListLeases implements store.LeaseStore.
@@ -250,13 +392,15 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func scanLease(row pgx.Row) (store.Lease, error) {
+// scanLease reads the columns leaseColumns names, after those into before.
+func scanLease(row pgx.Row, before ...any) (store.Lease, error) {
 	var (
 		l                          store.Lease
 		ttl                        int64
 		acquired, renewed, expires *time.Time
 	)
-	if err := row.Scan(&l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expires, &l.Revoked, &l.Version); err != nil {
+	dest := append(before, &l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expires, &l.Revoked, &l.Version)
+	if err := row.Scan(dest...); err != nil {
 		return store.Lease{}, err
 	}
 	l.TTL = time.Duration(ttl) * time.Microsecond

@@ -43,13 +43,21 @@ type Store struct {
 	stopped chan struct{}
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store           = (*Store)(nil)
+	_ store.LeaseBatchStore = (*Store)(nil)
+)
 
-// write is one queued compare-and-swap; exactly one of lease and cluster is set.
+// write is one queued compare-and-swap, or a batch of them; exactly one of
+// lease, cluster and leases is set.
 type write struct {
 	lease   *store.Lease
 	cluster *store.Cluster
-	done    chan error
+	// leases are the writes of PutLeases, committed in the same
+	// transaction; errs[i] is set for those refused.
+	leases []store.Lease
+	errs   []error
+	done   chan error
 }
 
 // ErrLocked is returned by Open when another process has the file open.
@@ -207,6 +215,32 @@ func (s *Store) PutLease(ctx context.Context, l store.Lease) (store.Lease, error
 		return store.Lease{}, err
 	}
 	return l, nil
+}
+
+// GetLeases implements store.LeaseBatchStore from the committed records.
+func (s *Store) GetLeases(_ context.Context, keys []store.LeaseKey) ([]store.Lease, error) {
+	out := make([]store.Lease, len(keys))
+	s.mu.RLock()
+	for i, k := range keys {
+		l, ok := s.leases[leaseKey(k.Namespace, k.Name)]
+		if !ok {
+			l = store.Lease{Namespace: k.Namespace, Name: k.Name}
+		}
+		out[i] = l
+	}
+	s.mu.RUnlock()
+	return out, nil
+}
+
+// PutLeases implements store.LeaseBatchStore: the writer checks every lease
+// as PutLease's write and commits those it accepts in one transaction
+// (with whatever else is queued then).
+func (s *Store) PutLeases(ctx context.Context, leases []store.Lease) ([]store.Lease, []error, error) {
+	w := &write{leases: slices.Clone(leases), errs: make([]error, len(leases)), done: make(chan error, 1)}
+	if err := s.enqueue(ctx, w); err != nil {
+		return nil, nil, err
+	}
+	return w.leases, w.errs, nil
 }
 
 // GetCluster implements store.ClusterStore.

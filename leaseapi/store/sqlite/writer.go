@@ -44,15 +44,27 @@ func (s *Store) commit(batch []*write) {
 	leases := map[string]store.Lease{}
 	clusters := map[string]store.Cluster{}
 	accepted := make([]*write, 0, len(batch))
+	var rows pending
 
 	s.mu.RLock()
 	for _, w := range batch {
 		var err error
 		switch {
 		case w.lease != nil:
-			err = s.accept(w.lease, leases)
+			if err = s.accept(w.lease, leases); err == nil {
+				rows.leases = append(rows.leases, w.lease)
+			}
+		case w.cluster != nil:
+			if err = s.acceptCluster(w.cluster, clusters); err == nil {
+				rows.clusters = append(rows.clusters, w.cluster)
+			}
 		default:
-			err = s.acceptCluster(w.cluster, clusters)
+			// A batch is accepted whole; its leases are refused one by one.
+			for i := range w.leases {
+				if w.errs[i] = s.accept(&w.leases[i], leases); w.errs[i] == nil {
+					rows.leases = append(rows.leases, &w.leases[i])
+				}
+			}
 		}
 		if err != nil {
 			w.done <- err
@@ -65,7 +77,10 @@ func (s *Store) commit(batch []*write) {
 		return
 	}
 
-	err := s.persist(accepted)
+	var err error
+	if len(rows.leases) > 0 || len(rows.clusters) > 0 {
+		err = s.persist(rows)
+	}
 	if err == nil {
 		s.mu.Lock()
 		for k, l := range leases {
@@ -79,6 +94,13 @@ func (s *Store) commit(batch []*write) {
 	for _, w := range accepted {
 		w.done <- err
 	}
+}
+
+// pending are the rows of one commit, in the order they were accepted, so
+// that writes of one key land one version after another.
+type pending struct {
+	leases   []*store.Lease
+	clusters []*store.Cluster
 }
 
 // accept checks a lease write against the newest state (batch first, then
@@ -129,7 +151,7 @@ const (
 		WHERE clusters.version = excluded.version - 1`
 )
 
-func (s *Store) persist(writes []*write) (err error) {
+func (s *Store) persist(rows pending) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -142,29 +164,36 @@ func (s *Store) persist(writes []*write) (err error) {
 		}
 	}()
 	putLease, putCluster := tx.StmtContext(ctx, s.putLease), tx.StmtContext(ctx, s.putCluster)
-	for _, w := range writes {
-		var res sql.Result
-		if l := w.lease; l != nil {
-			res, err = putLease.ExecContext(ctx, l.Namespace, l.Name, l.Holder, l.FencingToken,
-				l.TTL.Microseconds(), toMicros(l.AcquiredAt), toMicros(l.RenewedAt), toMicros(l.ExpiresAt), l.Revoked, l.Version)
-		} else {
-			c := w.cluster
-			labels, jerr := json.Marshal(c.Labels)
-			if jerr != nil {
-				return fmt.Errorf("encode labels of cluster %s: %w", c.ID, jerr)
-			}
-			res, err = putCluster.ExecContext(ctx, c.ID, c.Fingerprint, c.AgentVersion, string(labels),
-				c.Cordoned, toMicros(c.RegisteredAt), toMicros(c.LastSeen), c.Version)
+	for _, l := range rows.leases {
+		if err = checkRow(putLease.ExecContext(ctx, l.Namespace, l.Name, l.Holder, l.FencingToken,
+			l.TTL.Microseconds(), toMicros(l.AcquiredAt), toMicros(l.RenewedAt), toMicros(l.ExpiresAt), l.Revoked, l.Version)); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("write: %w", err)
+	}
+	for _, c := range rows.clusters {
+		labels, jerr := json.Marshal(c.Labels)
+		if jerr != nil {
+			return fmt.Errorf("encode labels of cluster %s: %w", c.ID, jerr)
 		}
-		if n, rerr := res.RowsAffected(); rerr != nil || n != 1 {
-			return fmt.Errorf("write: row version moved behind the store (rows affected %d, %v)", n, rerr)
+		if err = checkRow(putCluster.ExecContext(ctx, c.ID, c.Fingerprint, c.AgentVersion, string(labels),
+			c.Cordoned, toMicros(c.RegisteredAt), toMicros(c.LastSeen), c.Version)); err != nil {
+			return err
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// checkRow is the error of one upsert: its own, or a row that did not take
+// it because its version moved behind the store.
+func checkRow(res sql.Result, err error) error {
+	if err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	if n, rerr := res.RowsAffected(); rerr != nil || n != 1 {
+		return fmt.Errorf("write: row version moved behind the store (rows affected %d, %v)", n, rerr)
 	}
 	return nil
 }

@@ -36,6 +36,9 @@ func Run(t *testing.T, open OpenFunc) {
 		"cordoned cluster":                 testCordonedCluster,
 		"lease feed":                       testLeaseFeed,
 		"revocation":                       testRevocation,
+		"batch reads and writes":           testBatchReadWrite,
+		"batch writes from one version":    testBatchOneVersion,
+		"batch renewal":                    testBatchRenewal,
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) { tc(t, open) })
