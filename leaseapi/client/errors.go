@@ -17,6 +17,9 @@ var (
 	ErrUnexpected   = errors.New("unexpected answer from API") // anything else
 )
 
+// ErrNotSupported means the lease API does not offer this endpoint (a server of an earlier release).
+var ErrNotSupported = errors.New("not supported by the lease API")
+
 // APIError is an error answer of the lease API.
 type APIError struct {
 	StatusCode int
