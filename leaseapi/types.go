@@ -110,6 +110,30 @@ type LeaseList struct {
 	Continue string  `json:"continue"`
 }
 
+// WatchEvent is one line of the stream GET /v1alpha1/watch/leases answers
+// (newline-delimited JSON). Revision is opaque: a watch resumed from it,
+// on the server process that issued it, is handed every change after it.
+type WatchEvent struct {
+	// Type is WatchReset, WatchChanged or WatchBookmark.
+	Type     string `json:"type"`
+	Revision string `json:"revision"`
+	// Lease is set for WatchChanged: the record as GET answers it.
+	Lease *Lease `json:"lease,omitempty"`
+}
+
+// The types of a WatchEvent.
+const (
+	// WatchReset: changes before Revision may have been missed; re-read
+	// every lease of interest. The first line of every stream that does not
+	// resume.
+	WatchReset = "RESET"
+	// WatchChanged: the holder, fencing token or revocation of Lease changed.
+	WatchChanged = "CHANGED"
+	// WatchBookmark: nothing to report up to Revision; sent after a quiet
+	// interval, and first on a resumed stream with nothing to replay.
+	WatchBookmark = "BOOKMARK"
+)
+
 // ClusterRegistration is the body of PUT /v1alpha1/clusters/{id}: an agent
 // registering its cluster, and afterwards its heartbeat.
 type ClusterRegistration struct {

@@ -363,7 +363,7 @@ func (r *BerthLeaseReconciler) settleSuperseded(ctx context.Context, bl *berthv1
 // (or lets go of a term) is carried out at once and decided anew, so that
 // what the reconcile does next acts on the answer.
 func (r *BerthLeaseReconciler) settle(ctx context.Context, bl *berthv1alpha1.BerthLease, mem *memory) (*observation, Decision) {
-	p := r.observe(ctx, bl, mem)
+	p := r.observe(ctx, bl, mem, nil)
 	d := r.decide(ctx, bl, p)
 	if d.Call == CallNone && !d.DropTerm {
 		return p, d
@@ -377,7 +377,13 @@ func (r *BerthLeaseReconciler) settle(ctx context.Context, bl *berthv1alpha1.Ber
 	} else {
 		r.call(ctx, bl, p, mem, d.Call)
 	}
-	p = r.observe(ctx, bl, mem)
+	// The Pods were read from the API server a moment ago; only the ones
+	// just stopped need reading again.
+	pods := p
+	if d.Pods == PodsStop {
+		pods = nil
+	}
+	p = r.observe(ctx, bl, mem, pods)
 	return p, r.decide(ctx, bl, p)
 }
 

@@ -67,8 +67,9 @@ func (r *BerthLeaseReconciler) validateSpec(bl *berthv1alpha1.BerthLease) error 
 }
 
 // observe gathers the facts: the spec, the in-memory term, and the managed
-// Pods read from the API server (not the cache).
-func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.BerthLease, mem *memory) *observation {
+// Pods read from the API server (not the cache), or, when pods is given,
+// as that observation of this reconcile read them.
+func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.BerthLease, mem *memory, pods *observation) *observation {
 	p := &observation{
 		holder:    r.holder(bl),
 		ttl:       time.Duration(bl.Spec.TTLSeconds) * time.Second,
@@ -81,7 +82,12 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 		mem.update(func(t tenure) tenure { return t.recoverFromStatus(bl.Status, p.holder, p.ttl, renewedAt, now) })
 	}
 	podsUnknown := false
-	if r.ManagedWorkloads {
+	switch {
+	case !r.ManagedWorkloads:
+	case pods != nil:
+		p.running, p.gated, p.stale, p.strays, p.managed = pods.running, pods.gated, pods.stale, pods.strays, pods.managed
+		podsUnknown = pods.facts.PodsUnknown
+	default:
 		if err := r.listPods(ctx, bl, p); err != nil {
 			logr.FromContextOrDiscard(ctx).Error(err, "cannot see the managed Pods; holding on to the lease until they can be seen")
 			podsUnknown = true

@@ -67,7 +67,8 @@ func TestStalledBodiesAreClosed(t *testing.T) {
 }
 
 func TestLimitsMustBePositive(t *testing.T) {
-	for _, flag := range []string{"--read-header-timeout", "--body-read-timeout", "--idle-timeout", "--max-header-bytes"} {
+	for _, flag := range []string{"--read-header-timeout", "--body-read-timeout", "--idle-timeout", "--max-header-bytes",
+		"--max-watches", "--max-watches-per-subject", "--watch-max-duration"} {
 		t.Run(flag, func(t *testing.T) {
 			out, err := exec.Command(binaries.Path("berth-leaseapi"), "--listen", "127.0.0.1:0", "--metrics-listen", "",
 				"--sqlite-path", filepath.Join(t.TempDir(), "x.db"), flag+"=0").CombinedOutput()

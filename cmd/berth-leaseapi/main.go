@@ -73,6 +73,8 @@ type options struct {
 	clientCAFile          string
 	// limits bound slow and large requests.
 	limits server.Limits
+	// watch bounds watch streams.
+	watch server.WatchOptions
 }
 
 func (o *options) bind(fs *pflag.FlagSet) {
@@ -94,6 +96,9 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.limits.BodyReadTimeout, "body-read-timeout", server.DefaultBodyReadTimeout, "time a request has to send its body after its headers (long polls have none and are not cut)")
 	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "time a kept-alive connection may wait for its next request")
 	fs.IntVar(&o.limits.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request line and headers; more is answered 431")
+	fs.IntVar(&o.watch.MaxWatches, "max-watches", server.DefaultMaxWatches, "most watch streams open at once; more are answered 429")
+	fs.IntVar(&o.watch.MaxWatchesPerSubject, "max-watches-per-subject", server.DefaultMaxWatchesPerSubject, "most watch streams one subject may have open; more are answered 429")
+	fs.DurationVar(&o.watch.MaxDuration, "watch-max-duration", server.DefaultMaxWatchDuration, "longest a watch stream lasts (less up to a tenth, at random) before its client resumes, so that streams rebalance across replicas")
 }
 
 func (o *options) admins() []string {
@@ -111,6 +116,9 @@ func (o *options) checkLimits() error {
 	l := o.limits
 	if l.ReadHeaderTimeout <= 0 || l.BodyReadTimeout <= 0 || l.IdleTimeout <= 0 || l.MaxHeaderBytes <= 0 {
 		return usageError("--read-header-timeout, --body-read-timeout, --idle-timeout and --max-header-bytes must be positive")
+	}
+	if w := o.watch; w.MaxWatches <= 0 || w.MaxWatchesPerSubject <= 0 || w.MaxDuration <= 0 {
+		return usageError("--max-watches, --max-watches-per-subject and --watch-max-duration must be positive")
 	}
 	return nil
 }

@@ -15,7 +15,9 @@ func TestParseFlags(t *testing.T) {
 	defaults := options{listen: "127.0.0.1:8443", metricsListen: "127.0.0.1:9090", store: "sqlite",
 		sqlitePath: "./berth-leases.db", postgresMigrate: true, coordinationNamespace: "berth-leases",
 		limits: server.Limits{ReadHeaderTimeout: server.DefaultReadHeaderTimeout, BodyReadTimeout: server.DefaultBodyReadTimeout,
-			IdleTimeout: server.DefaultIdleTimeout, MaxHeaderBytes: server.DefaultMaxHeaderBytes}}
+			IdleTimeout: server.DefaultIdleTimeout, MaxHeaderBytes: server.DefaultMaxHeaderBytes},
+		watch: server.WatchOptions{MaxWatches: server.DefaultMaxWatches, MaxWatchesPerSubject: server.DefaultMaxWatchesPerSubject,
+			MaxDuration: server.DefaultMaxWatchDuration}}
 	with := func(f func(*options)) options { o := defaults; f(&o); return o }
 	cases := map[string]struct {
 		args     []string

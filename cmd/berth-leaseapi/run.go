@@ -76,12 +76,15 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	}
 	log.Info("restart grace granted", "leases", graced)
 
-	srv := server.New(server.Config{Service: svc, Store: st, Auth: auth, Metrics: metrics, Log: log, Limits: o.limits})
+	srv := server.New(server.Config{Service: svc, Store: st, Auth: auth, Metrics: metrics, Log: log, Limits: o.limits, Watch: o.watch})
 	apiLn, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
 	api := srv.HTTPServer(tlsConfig)
+	// Watch streams never end on their own: end them at shutdown, so that
+	// it does not wait for them and their clients resume elsewhere.
+	api.RegisterOnShutdown(srv.EndWatches)
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {

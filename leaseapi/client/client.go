@@ -54,6 +54,10 @@ type Config struct {
 	RetryWaitMin, RetryWaitMax time.Duration
 	// MaxConnsPerHost bounds the connection pool (default 100).
 	MaxConnsPerHost int
+	// WatchIdleTimeout is how long WatchLeases waits for the next line of
+	// a stream before it treats it as broken (default
+	// DefaultWatchIdleTimeout: three of the server's bookmark intervals).
+	WatchIdleTimeout time.Duration
 	Log             logr.Logger
 }
 
@@ -64,6 +68,9 @@ type Client struct {
 	token   string
 	file    *tokenFile
 	timeout time.Duration
+	// watchIdle is Config.WatchIdleTimeout.
+	watchIdle time.Duration
+	log       logr.Logger
 }
 
 // New returns a client for cfg.
@@ -94,7 +101,8 @@ func New(cfg Config) (*Client, error) {
 			log.V(1).Info("retrying lease API call", "method", r.Method, "path", r.URL.Path, "attempt", attempt)
 		}
 	}
-	c := &Client{base: strings.TrimSuffix(base.String(), "/"), http: rc, token: cfg.Token, timeout: orDefault(cfg.Timeout, DefaultTimeout)}
+	c := &Client{base: strings.TrimSuffix(base.String(), "/"), http: rc, token: cfg.Token, timeout: orDefault(cfg.Timeout, DefaultTimeout),
+		watchIdle: orDefault(cfg.WatchIdleTimeout, DefaultWatchIdleTimeout), log: cfg.Log}
 	if cfg.TokenFile != "" {
 		c.file = &tokenFile{path: cfg.TokenFile}
 		if _, err := c.file.get(); err != nil {
@@ -418,7 +426,7 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte, out
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	if err := c.authorize(req); err != nil {
+	if err := c.authorize(req.Header); err != nil {
 		return err
 	}
 	resp, err := c.http.Do(req)
@@ -442,7 +450,7 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte, out
 	return nil
 }
 
-func (c *Client) authorize(req *retryablehttp.Request) error {
+func (c *Client) authorize(h http.Header) error {
 	token := c.token
 	if c.file != nil {
 		var err error
@@ -451,7 +459,7 @@ func (c *Client) authorize(req *retryablehttp.Request) error {
 		}
 	}
 	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		h.Set("Authorization", "Bearer "+token)
 	}
 	return nil
 }

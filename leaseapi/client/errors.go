@@ -17,8 +17,9 @@ var (
 	ErrUnexpected   = errors.New("unexpected answer from API") // anything else
 )
 
-// ErrNotSupported: the server predates the call (RenewBatch against a lease
-// API without batched renewals). Make the call's work another way, such as
+// ErrNotSupported: the lease API does not offer the endpoint (a server of
+// an earlier release: RenewBatch without batched renewals, WatchLeases
+// without the change stream). Do the call's work another way, such as
 // lease by lease.
 var ErrNotSupported = errors.New("not supported by this lease API")
 

@@ -33,6 +33,7 @@ type Service struct {
 	storeClock store.Clock
 	clusterTTL time.Duration
 	changes    changes
+	changeLog  *changeLog
 }
 
 // Options configures a Service.
@@ -45,6 +46,9 @@ type Options struct {
 	StoreClock store.Clock
 	// ClusterTTL defaults to DefaultClusterTTL.
 	ClusterTTL time.Duration
+	// ChangeLogSize is how many recent changes watches can resume across;
+	// it defaults to DefaultChangeLogSize.
+	ChangeLogSize int
 }
 
 // NewService returns a Service on s.
@@ -55,7 +59,10 @@ func NewService(s store.Store, opts Options) *Service {
 	if opts.ClusterTTL <= 0 {
 		opts.ClusterTTL = DefaultClusterTTL
 	}
-	return &Service{store: s, clock: opts.Clock, storeClock: opts.StoreClock, clusterTTL: opts.ClusterTTL}
+	return &Service{
+		store: s, clock: opts.Clock, storeClock: opts.StoreClock, clusterTTL: opts.ClusterTTL,
+		changeLog: newChangeLog(opts.ChangeLogSize),
+	}
 }
 
 // instant is when an operation happens on the clock that judges terms,
@@ -267,7 +274,10 @@ func (s *Service) eachLease(ctx context.Context, fn func(store.Lease) error) err
 }
 
 func (s *Service) updateLease(ctx context.Context, key leaseapi.Key, decide func(store.Lease) (Decision, error)) (Decision, error) {
-	var d Decision
+	var (
+		d    Decision
+		prev store.Lease // the record d was decided on
+	)
 	err := compareAndSwap(ctx,
 		func(ctx context.Context) (store.Lease, error) {
 			cur, err := s.store.GetLease(ctx, key.Namespace, key.Name)
@@ -278,6 +288,7 @@ func (s *Service) updateLease(ctx context.Context, key leaseapi.Key, decide func
 		},
 		func(cur store.Lease) (store.Lease, bool, error) {
 			var err error
+			prev = cur
 			d, err = decide(cur)
 			return d.Next, d.Write, err
 		},
@@ -291,6 +302,9 @@ func (s *Service) updateLease(ctx context.Context, key leaseapi.Key, decide func
 	}
 	if d.Write {
 		s.changes.notify(key)
+		if changed(prev, d.Next) {
+			s.changeLog.add(d.Next)
+		}
 	}
 	return d, nil
 }

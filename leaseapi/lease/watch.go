@@ -62,13 +62,23 @@ const feedRetry = time.Second
 // broken feed is reported to onBreak and followed again after a pause;
 // until it follows, waiters still learn of this server's own writes and of
 // expiries, and their clients poll as well.
+//
+// The changes it reports reach watches too: a reported key is read (in a
+// goroutine of its own, since the feed must not block) and logged as a
+// change when its state is new to this server; a (re)start of the feed is
+// logged as a reset.
 func (s *Service) FollowFeed(ctx context.Context, feed store.LeaseFeed, onBreak func(error)) {
+	fed := newFedKeys(maxFedKeys)
+	go s.readFed(ctx, fed)
 	changed := func(c store.LeaseChange) {
 		if c.All {
 			s.changes.notifyAll()
+			s.changeLog.reset(ResetFeed)
 			return
 		}
-		s.changes.notify(leaseapi.Key{Namespace: c.Namespace, Name: c.Name})
+		key := leaseapi.Key{Namespace: c.Namespace, Name: c.Name}
+		s.changes.notify(key)
+		fed.add(key)
 	}
 	for {
 		err := feed.FollowLeases(ctx, changed)
@@ -130,6 +140,78 @@ func (s *Service) WaitForChange(ctx context.Context, key leaseapi.Key, holder st
 				return store.Lease{}, err
 			}
 			return l, nil
+		}
+	}
+}
+
+// maxFedKeys bounds the keys a feed has reported and this server has not
+// read yet; past it they are dropped for a reset.
+const maxFedKeys = 1 << 16
+
+// fedKeys are the keys a feed reported, to be read: a set, so that a key
+// reported many times before it is read is read once.
+type fedKeys struct {
+	max int
+
+	mu       sync.Mutex
+	keys     map[leaseapi.Key]struct{}
+	overflow bool
+	ready    chan struct{} // holds a token while there is something to take
+}
+
+func newFedKeys(maxKeys int) *fedKeys {
+	return &fedKeys{max: maxKeys, keys: map[leaseapi.Key]struct{}{}, ready: make(chan struct{}, 1)}
+}
+
+// add notes a reported key; it never blocks.
+func (f *fedKeys) add(key leaseapi.Key) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.keys) >= f.max {
+		f.keys = map[leaseapi.Key]struct{}{}
+		f.overflow = true
+	} else {
+		f.keys[key] = struct{}{}
+	}
+	select {
+	case f.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the keys noted so far, and whether some were dropped.
+func (f *fedKeys) take() (map[leaseapi.Key]struct{}, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys, overflow := f.keys, f.overflow
+	f.keys, f.overflow = map[leaseapi.Key]struct{}{}, false
+	return keys, overflow
+}
+
+// readFed reads the keys a feed reports and logs their new states, until
+// ctx ends. A key it could not read, or keys dropped, are logged as a reset:
+// a watcher must then re-read what it cares about.
+func (s *Service) readFed(ctx context.Context, fed *fedKeys) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-fed.ready:
+		}
+		keys, overflow := fed.take()
+		missed := overflow
+		for key := range keys {
+			l, err := s.Get(ctx, key)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+			case err != nil:
+				missed = true
+			default:
+				s.changeLog.add(l)
+			}
+		}
+		if missed && ctx.Err() == nil {
+			s.changeLog.reset(ResetFeed)
 		}
 	}
 }

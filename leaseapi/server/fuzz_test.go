@@ -43,7 +43,8 @@ func FuzzServer(f *testing.F) {
 // The fuzz harness's time bounds.
 const (
 	// fuzzPollCut ends every request's context, so that a long poll
-	// answers then instead of after its waitSeconds.
+	// answers then instead of after its waitSeconds, and a watch stream
+	// ends.
 	fuzzPollCut = 20 * time.Millisecond
 	// fuzzHang is how long an answer may take before the input is a hang.
 	fuzzHang = 10 * time.Second
@@ -127,9 +128,24 @@ func (h *fuzzHarness) check(t *testing.T, raw []byte) {
 	if res.code >= 500 && len(storeErrs) == 0 {
 		t.Errorf("%q: answer %d %s without a store failure", raw, res.code, res.body)
 	}
-	if res.code < 300 && len(res.body) > 0 && !json.Valid(res.body) {
+	if res.code < 300 && len(res.body) > 0 && !validBody(res) {
 		t.Errorf("%q: answer %d body %q is not JSON", raw, res.code, res.body)
 	}
+}
+
+// validBody reports whether a success's body is JSON: one value, or for a
+// watch stream one value a line.
+func validBody(res response) bool {
+	if res.header.Get("Content-Type") != "application/x-ndjson" {
+		return json.Valid(res.body)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(res.body, []byte("\n")), []byte("\n"))
+	for _, line := range lines {
+		if !json.Valid(line) {
+			return false
+		}
+	}
+	return true
 }
 
 // errorRecorder is the real store; it remembers the errors it returned
@@ -236,6 +252,9 @@ func serverSeeds() []string {
 		rawRequest("GET", leaseURL+"?waitSeconds=1&holder=cluster-a&fencingToken=1", tokenB, ""),
 		rawRequest("GET", list+"?namespace=team&limit=2", tokenA, ""),
 		rawRequest("GET", list+"?limit=1&continue=dGVhbS9leHBvcnRlcg", tokenA, ""),
+		rawRequest("GET", "/v1alpha1/watch/leases", tokenB, ""),
+		rawRequest("GET", "/v1alpha1/watch/leases?namespace=team&namespace=other&revision=0011aabb-1", tokenA, ""),
+		rawRequest("GET", "/v1alpha1/watch/leases?namespace=Team", tokenA, ""),
 		rawRequest("PUT", "/v1alpha1/clusters/cluster-a", tokenA, `{"fingerprint":"5d7c","agentVersion":"v0.1.0","labels":{"region":"eu"}}`),
 		rawRequest("GET", "/v1alpha1/clusters", tokenB, ""),
 		rawRequest("POST", "/v1alpha1/clusters/cluster-a/cordon", tokenAdmin, ""),

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -64,6 +65,12 @@ type fixtureOptions struct {
 	tls func(*httptest.Server)
 	// limits replace the default Limits.
 	limits Limits
+	// watch replaces the default WatchOptions, changeLogSize the
+	// service's default.
+	watch         WatchOptions
+	changeLogSize int
+	// listener wraps the server's listener.
+	listener func(net.Listener) net.Listener
 }
 
 func newFixture(t *testing.T, opts fixtureOptions) *fixture {
@@ -86,17 +93,21 @@ func newFixture(t *testing.T, opts fixtureOptions) *fixture {
 	metrics := NewMetrics()
 	st := metrics.InstrumentStore(f.store)
 	f.srv = New(Config{
-		Service: lease.NewService(st, lease.Options{Clock: f.clock}),
+		Service: lease.NewService(st, lease.Options{Clock: f.clock, ChangeLogSize: opts.changeLogSize}),
 		Store:   st,
 		Auth:    opts.auth,
 		Metrics: metrics,
 		Log:     funcr.NewJSON(f.logs.write, funcr.Options{Verbosity: 4}),
 		Clock:   f.clock,
 		Limits:  opts.limits,
+		Watch:   opts.watch,
 	})
 	// The http.Server that berth-leaseapi runs, with its limits.
 	f.http = httptest.NewUnstartedServer(nil)
 	f.http.Config = f.srv.HTTPServer(nil)
+	if opts.listener != nil {
+		f.http.Listener = opts.listener(f.http.Listener)
+	}
 	if opts.tls != nil {
 		f.http.Config.ErrorLog = log.New(io.Discard, "", 0) // handshake failures the tests provoke
 		opts.tls(f.http)

@@ -26,6 +26,9 @@ type Metrics struct {
 	clustersTotal    prometheus.Gauge
 	clustersHealthy  prometheus.Gauge
 	clustersCordoned prometheus.Gauge
+	watchesOpen      prometheus.Gauge
+	watchEvents      *prometheus.CounterVec
+	watchResets      *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics (and the Go and process collectors) on a
@@ -76,12 +79,25 @@ func NewMetrics() *Metrics {
 			Name: "berth_leaseapi_clusters_cordoned",
 			Help: "Registered clusters that are cordoned, as of the last sweep.",
 		}),
+		watchesOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "berth_leaseapi_watches_open",
+			Help: "Watch streams (GET /v1alpha1/watch/leases) open.",
+		}),
+		watchEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berth_leaseapi_watch_events_total",
+			Help: "Lines sent on watch streams, by type: RESET, CHANGED, BOOKMARK.",
+		}, []string{"type"}),
+		watchResets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berth_leaseapi_watch_resets_total",
+			Help: "RESET lines sent on watch streams, by cause: start, unknown-revision, too-old, behind, feed.",
+		}, []string{"cause"}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests, m.requestDuration, m.outcomes, m.batchLeases, m.storeDuration, m.leasesHeld,
 		m.transitions, m.clustersTotal, m.clustersHealthy, m.clustersCordoned,
+		m.watchesOpen, m.watchEvents, m.watchResets,
 	)
 	return m
 }

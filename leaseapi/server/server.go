@@ -37,12 +37,15 @@ type Config struct {
 	SweepInterval time.Duration
 	// Limits bound slow and large requests; zero fields take the defaults.
 	Limits Limits
+	// Watch paces and bounds watch streams; zero fields take the defaults.
+	Watch WatchOptions
 }
 
 // Server serves the lease API.
 type Server struct {
 	Config
 	handler http.Handler
+	watches *watches
 }
 
 // New returns a Server.
@@ -57,7 +60,8 @@ func New(cfg Config) *Server {
 		cfg.Metrics = NewMetrics()
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
-	s := &Server{Config: cfg}
+	cfg.Watch = cfg.Watch.withDefaults()
+	s := &Server{Config: cfg, watches: newWatches()}
 	s.handler = s.routes()
 	return s
 }
@@ -88,6 +92,7 @@ func (s *Server) routes() http.Handler {
 		{method: http.MethodGet, pattern: leaseRoute, handle: s.getLease},
 		{method: http.MethodPost, pattern: "/v1alpha1/renewals", handle: s.renewBatch, maxBody: leaseapi.MaxBatchBodyBytes},
 		{method: http.MethodGet, pattern: "/v1alpha1/leases", handle: s.listLeases},
+		{method: http.MethodGet, pattern: "/v1alpha1/watch/leases", handle: s.watchLeases},
 		{method: http.MethodPut, pattern: "/v1alpha1/clusters/{id}", handle: s.registerCluster},
 		{method: http.MethodGet, pattern: "/v1alpha1/clusters", handle: s.listClusters},
 		{method: http.MethodPost, pattern: "/v1alpha1/clusters/{id}/cordon", handle: s.cordon(true)},
@@ -254,6 +259,8 @@ func classify(err error) (code int, msg, outcome string) {
 		return http.StatusNotFound, "not found", ""
 	case errors.Is(err, errMethod):
 		return http.StatusMethodNotAllowed, "method not allowed", ""
+	case errors.Is(err, errTooManyWatches):
+		return http.StatusTooManyRequests, err.Error(), ""
 	case errors.Is(err, lease.ErrNotHolder), errors.Is(err, lease.ErrTokensExhausted),
 		errors.Is(err, lease.ErrCordoned), errors.Is(err, lease.ErrFingerprintConflict):
 		return http.StatusConflict, err.Error(), "conflict"
@@ -304,3 +311,7 @@ func (r *recorder) Write(b []byte) (int, error) {
 	r.bytes += n
 	return n, err
 }
+
+// Unwrap lets http.ResponseController reach the connection (a watch
+// flushes each line under a write deadline).
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,174 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/berthfleet/berth/leaseapi"
+	"github.com/berthfleet/berth/leaseapi/lease"
+	"github.com/berthfleet/berth/leaseapi/store"
+)
+
+// describe is what a test compares of watch events: "RESET(cause)" or
+// "ns/name holder#token" (with " revoked").
+func describe(events []lease.Event) []string {
+	var out []string
+	for _, e := range events {
+		if e.Reset != "" {
+			out = append(out, fmt.Sprintf("RESET(%s)", e.Reset))
+			continue
+		}
+		s := fmt.Sprintf("%s/%s %s#%d", e.Lease.Namespace, e.Lease.Name, e.Lease.Holder, e.Lease.FencingToken)
+		if e.Lease.Revoked {
+			s += " revoked"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestWatchSeesChangesNotRenewals runs every kind of write through a
+// Service on SQLite and checks what a watcher is handed: each change of
+// holder, token or revocation once, including an expiry freed by the
+// sweep, and no renewal (neither renew nor the holder's own acquire).
+func TestWatchSeesChangesNotRenewals(t *testing.T) {
+	ctx := t.Context()
+	clock := testingclock.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	svc := lease.NewService(openSQLite(t), lease.Options{Clock: clock})
+	w := svc.Watch(nil, "")
+	key := leaseapi.Key{Namespace: "payments", Name: "exporter"}
+	must := func(d lease.Decision, err error) lease.Decision {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := must(svc.Acquire(ctx, key, "east", 10*time.Second))
+	must(svc.Renew(ctx, key, "east", d.Next.FencingToken, 10*time.Second))
+	must(svc.Acquire(ctx, key, "east", 10*time.Second))
+	must(svc.Acquire(ctx, key, "west", 10*time.Second)) // held by east: nothing
+	must(svc.Revoke(ctx, key, "east", d.Next.FencingToken))
+	must(svc.Release(ctx, key, "east", d.Next.FencingToken))
+	d = must(svc.Acquire(ctx, key, "west", 10*time.Second))
+	if _, err := svc.GrantGrace(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.Step(time.Minute)
+	if res, err := svc.Sweep(ctx); err != nil || res.Expired != 1 {
+		t.Fatalf("sweep: %+v, %v; want one expiry", res, err)
+	}
+	must(svc.Acquire(ctx, key, "east", 10*time.Second))
+	clock.Step(time.Minute)
+	must(svc.Acquire(ctx, key, "west", 10*time.Second)) // a takeover before the sweep
+
+	events, _ := w.Next(100)
+	want := []string{
+		"RESET(start)",
+		"payments/exporter east#1",
+		"payments/exporter east#1 revoked",
+		"payments/exporter #1",
+		"payments/exporter west#2",
+		"payments/exporter #2",
+		"payments/exporter east#3",
+		"payments/exporter west#4",
+	}
+	if diff := cmp.Diff(want, describe(events)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	for _, e := range events[1:] {
+		got, err := svc.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Lease.Namespace != key.Namespace || e.Lease.Name != key.Name || e.Lease.TTL != 10*time.Second || e.Lease.AcquiredAt.IsZero() {
+			t.Errorf("event record %+v is not a whole record (now %+v)", e.Lease, got)
+		}
+	}
+	// The last event is the record as Get shows it.
+	got, err := svc.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := events[len(events)-1].Lease
+	if diff := cmp.Diff(got, last); diff != "" {
+		t.Errorf("the last event is not the record Get answers (-get +event):\n%s", diff)
+	}
+}
+
+// fakeFeed is a LeaseFeed that a test drives: it says that it follows, then
+// passes on what the test sends.
+type fakeFeed struct{ reports chan store.LeaseChange }
+
+func (f *fakeFeed) FollowLeases(ctx context.Context, changed func(store.LeaseChange)) error {
+	changed(store.LeaseChange{All: true})
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case c := <-f.reports:
+			changed(c)
+		}
+	}
+}
+
+// TestWatchFollowsFeed: two services share one store, as replicas share
+// PostgreSQL; the second follows a feed that reports the first one's
+// writes by key. Its watcher is handed each write with the record read from
+// the store, the feed's start as a reset, and a state it already logged
+// (its own write, which the feed reports too) only once.
+func TestWatchFollowsFeed(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	st := openSQLite(t)
+	a := lease.NewService(st, lease.Options{})
+	b := lease.NewService(st, lease.Options{})
+	w := b.Watch([]string{"payments"}, "")
+	feed := &fakeFeed{reports: make(chan store.LeaseChange)}
+	wg.Go(func() { b.FollowFeed(ctx, feed, func(err error) { t.Errorf("feed broke: %v", err) }) })
+
+	key := leaseapi.Key{Namespace: "payments", Name: "exporter"}
+	report := func() { feed.reports <- store.LeaseChange{Namespace: key.Namespace, Name: key.Name} }
+	d, err := a.Acquire(ctx, key, "east", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report()
+	if _, err := a.Release(ctx, key, "east", d.Next.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	report()
+	if _, err := b.Acquire(ctx, key, "west", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	report() // b's own write, reported by the feed as well
+
+	want := []string{"RESET(start)", "RESET(feed)", "payments/exporter east#1", "payments/exporter #1", "payments/exporter west#2"}
+	var got []string
+	deadline := time.After(10 * time.Second)
+	for {
+		events, more := w.Next(10)
+		if got = append(got, describe(events)...); len(got) >= len(want) {
+			break
+		}
+		select {
+		case <-more:
+		case <-deadline:
+			t.Fatalf("after 10 s the watcher has %q, want %q", got, want)
+		}
+	}
+	// Let a duplicate, if any, arrive.
+	time.Sleep(100 * time.Millisecond)
+	events, _ := w.Next(10)
+	got = append(got, describe(events)...)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events at the second service (-want +got):\n%s", diff)
+	}
+}
