@@ -83,6 +83,9 @@ func newHandler(t testing.TB, opts Options) (http.Handler, map[string]string) {
 		Auth:    server.NewAuthenticator(tf, false, opts.Admins),
 		Log:     logr.Discard(),
 	})
+	// As berth-leaseapi does: expired terms are freed within a second, and
+	// the change stream reports it.
+	go srv.RunSweeper(t.Context())
 	return srv.Handler(), tokenFiles
 }
 
