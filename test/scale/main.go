@@ -35,6 +35,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // config is the command line.
@@ -79,6 +82,7 @@ func main() {
 		os.Exit(2)
 	}
 	c.agentArgs = strings.Fields(agentArgs)
+	ctrllog.SetLogger(logr.Discard()) // the observers' informers log nothing worth reading here
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -145,11 +145,21 @@ func (c *cell) steadyState(ctx context.Context) (*figures, error) {
 		if err := sleep(ctx, min(10*time.Second, time.Until(end))); err != nil {
 			return nil, err
 		}
-		c.say("steady state: %.0fs left; %s", time.Until(end).Seconds(), w.progress())
+		c.say("steady state: %.0fs left; %s", max(time.Until(end), 0).Seconds(), w.progress())
 	}
 	f, err := w.end(ctx)
 	if err != nil {
 		return nil, err
+	}
+	leases, err := c.leases.list(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	f.HeldBy = map[string]int{}
+	for _, k := range c.keys {
+		if h := leases[k]; h != "" {
+			f.HeldBy[h]++
+		}
 	}
 	c.say("steady state: lease API %.1f req/s, %.3f cores; missed renewals: %g self-fences, %g lost (agents), %g lost (lease API)",
 		sumValues(f.LeaseAPIRoutes), f.LeaseAPI.CPU, f.SelfFences, f.AgentLost, f.LostRenewals)

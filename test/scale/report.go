@@ -96,6 +96,9 @@ type figures struct {
 	LostRenewals float64 `json:"lostRenewals"`
 	SelfFences   float64 `json:"selfFences"`
 	AgentLost    float64 `json:"agentLost"`
+	// HeldBy counts the leases each cluster held at the window's end
+	// (steady state only).
+	HeldBy map[string]int `json:"heldBy,omitempty"`
 }
 
 // agentFigures are one agent's usage and kube-apiserver requests/s.
@@ -139,6 +142,13 @@ func table(c config, results []*result) string {
 		})})
 	}
 	rows = append(rows,
+		row{"2. leases held at the end, by cluster", steady(func(f *figures) string {
+			var parts []string
+			for _, name := range sortedKeys(f.HeldBy) {
+				parts = append(parts, fmt.Sprintf("%s: %d", name, f.HeldBy[name]))
+			}
+			return orDash(strings.Join(parts, ", "))
+		})},
 		row{"2. lease API requests/s, all routes", steady(func(f *figures) string { return fmt.Sprintf("%.1f", sumValues(f.LeaseAPIRoutes)) })},
 		row{"2. lease API CPU cores; max RSS MiB", steady(func(f *figures) string {
 			return fmt.Sprintf("%.3f; %.0f", f.LeaseAPI.CPU, mib(f.LeaseAPI.MaxRSS))
