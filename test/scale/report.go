@@ -162,7 +162,7 @@ func table(c config, results []*result) string {
 		})},
 		row{"3. holder's agent killed: cluster, leases", func(r *result) string { return moveWho(r.Kill) }},
 		row{"3. first lease held elsewhere (from the kill)", func(r *result) string { return moveAt(r.Kill, r.Kill.FirstSeconds) }},
-		row{"3. last lease held elsewhere (from the kill)", func(r *result) string { return r.Kill.outcome.String() }},
+		row{"3. last lease held elsewhere (from the kill)", func(r *result) string { return r.Kill.String() }},
 		row{fmt.Sprintf("3. last − first (target ≤ TTL + 2 s = %s)", target), func(r *result) string {
 			if !r.Kill.Done {
 				return "-"
@@ -172,7 +172,7 @@ func table(c config, results []*result) string {
 		row{"4. killed agent restarted: every status right", func(r *result) string { return r.Restart.String() }},
 		row{"4. cordon: cluster, leases", func(r *result) string { return moveWho(r.Cordon) }},
 		row{"4. cordon: first lease held elsewhere", func(r *result) string { return moveAt(r.Cordon, r.Cordon.FirstSeconds) }},
-		row{"4. cordon: every lease held elsewhere", func(r *result) string { return r.Cordon.outcome.String() }},
+		row{"4. cordon: every lease held elsewhere", func(r *result) string { return r.Cordon.String() }},
 		row{"phases skipped", func(r *result) string { return orDash(r.Skipped) }},
 		row{"wall time of the cell", func(r *result) string { return fmt.Sprintf("%.0f s", r.Wall.Seconds()) }},
 	)
