@@ -2,9 +2,10 @@
 // clusters (test/kubeenv), berth-leaseapi, and one berth-agent per cluster as
 // real processes (or, with Options.NoAgents and StartFleetAgent, one
 // fleet-mode berth-agent for all of them), with the same BerthLease and
-// managed Deployment applied to every cluster as GitOps would. The end-to-end suites, `make demo` and
-// `make bench-scale` (with thousands of BerthLeases and no Deployment) use
-// it; it knows nothing of testing.T.
+// managed Deployment applied to every cluster as GitOps would. The
+// end-to-end suites, `make demo` and `make bench-scale` (thousands of
+// BerthLeases of its own, no Deployment) use it; it knows nothing of
+// testing.T.
 //
 // Each per-cluster agent runs as the service account user of deploy/, with
 // only deploy/rbac's rights, and serves the admission webhooks registered in
