@@ -131,7 +131,9 @@ func table(c config, results []*result) string {
 			return fmt.Sprintf("%d of %d; %d of %d", r.Converge.Held, r.N, r.Converge.Waiting, r.Converge.WantWaiting)
 		}},
 		{"1. during convergence: agent kube-apiserver writes/s", func(r *result) string { return perAgent(r.Converge.Traffic, writesOf) }},
+		{"1. during convergence: agent kube-apiserver reads/s", func(r *result) string { return perAgent(r.Converge.Traffic, readsOf) }},
 		{"1. during convergence: agent CPU cores", func(r *result) string { return perAgent(r.Converge.Traffic, cpuOf) }},
+		{"1. during convergence: agent max RSS MiB", func(r *result) string { return perAgent(r.Converge.Traffic, rssOf) }},
 		{"1. during convergence: lease API requests/s", func(r *result) string {
 			return fmt.Sprintf("%.0f", sumValues(r.Converge.Traffic.LeaseAPIRoutes))
 		}},
