@@ -110,6 +110,22 @@ soak: tools ## Run SEEDS random chaos schedules on one fleet (or replay SEED=s),
 bench: build ## Run the benchmarks and print the figures quoted in docs/benchmarks.md.
 	hack/bench.sh
 
+# `make bench-scale` runs the scale benchmark of issue 13 over CLUSTERS × N (comma-separated
+# lists; one cell: `make bench-scale CLUSTERS=2 N=1000`), passing AGENT_ARGS to every
+# berth-agent. Each cell starts its own local clusters: run it on a quiet machine.
+CLUSTERS      ?= 2,3
+N             ?= 1000,10000
+TTL           ?= 30s
+HEARTBEAT     ?= 10s
+WINDOW        ?= 60s
+PHASE_TIMEOUT ?= 5m
+AGENT_ARGS    ?=
+
+.PHONY: bench-scale
+bench-scale: tools build ## Scale benchmark (issue 13): CLUSTERS × N BerthLeases per cluster, convergence, steady state, kill, cordon.
+	CLUSTERS=$(CLUSTERS) N=$(N) TTL=$(TTL) HEARTBEAT=$(HEARTBEAT) WINDOW=$(WINDOW) \
+		PHASE_TIMEOUT=$(PHASE_TIMEOUT) AGENT_ARGS="$(AGENT_ARGS)" hack/bench-scale.sh
+
 ##@ Running
 
 .PHONY: demo

@@ -32,7 +32,7 @@ func (f *Fleet) StartFleetAgent() (*FleetAgent, error) {
 			return nil, err
 		}
 	}
-	p, err := process.Start("berth-agent", filepath.Join(f.opts.BinDir, "berth-agent"), filepath.Join(dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())),
+	args := []string{
 		"--fleet-kubeconfig-dir", kubeconfigs,
 		"--lease-api-url", f.LeaseAPI.URL,
 		"--managed-workloads",
@@ -40,7 +40,9 @@ func (f *Fleet) StartFleetAgent() (*FleetAgent, error) {
 		"--health-probe-bind-address", "0",
 		"--cluster-heartbeat-interval", f.opts.Workload.ClusterHeartbeat.String(),
 		"-v", "1",
-	)
+	}
+	p, err := process.Start("berth-agent", filepath.Join(f.opts.BinDir, "berth-agent"), filepath.Join(dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())),
+		append(args, f.opts.AgentArgs...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -2,8 +2,10 @@
 // clusters (test/kubeenv), berth-leaseapi, and one berth-agent per cluster as
 // real processes (or, with Options.NoAgents and StartFleetAgent, one
 // fleet-mode berth-agent for all of them), with the same BerthLease and
-// managed Deployment applied to every cluster as GitOps would. The end-to-end suites and `make demo` use
-// it; it knows nothing of testing.T.
+// managed Deployment applied to every cluster as GitOps would. The
+// end-to-end suites, `make demo` and `make bench-scale` (thousands of
+// BerthLeases of its own, no Deployment) use it; it knows nothing of
+// testing.T.
 //
 // Each per-cluster agent runs as the service account user of deploy/, with
 // only deploy/rbac's rights, and serves the admission webhooks registered in
@@ -48,7 +50,22 @@ type Options struct {
 	// NoAgents starts no agent per cluster (StartFleetAgent starts one for
 	// all of them).
 	NoAgents bool
-	Log      logr.Logger
+	// NoWorkload applies neither the Workload's BerthLease nor its
+	// Deployment: the caller brings its own objects (the scale benchmark's
+	// thousands of BerthLeases without Pods).
+	NoWorkload bool
+	// DeferAgents leaves the per-cluster agents to StartAgents, so that a
+	// caller can put objects in place before any agent runs.
+	DeferAgents bool
+	// AgentArgs are appended to every berth-agent's command line (per
+	// cluster and fleet mode), after the fleet's own flags, so that they
+	// can also override them.
+	AgentArgs []string
+	// Metrics serves the lease API's and every per-cluster agent's /metrics on free
+	// loopback ports (LeaseAPI.MetricsURL, Member.MetricsURL); without it
+	// they serve none.
+	Metrics bool
+	Log     logr.Logger
 }
 
 // Fleet is a running fleet.
@@ -62,7 +79,8 @@ type Fleet struct {
 }
 
 // Start runs the clusters, the lease API, applies the workload everywhere
-// and starts one agent per cluster. On error everything started is stopped.
+// and starts one agent per cluster (unless Options.DeferAgents). On error
+// everything started is stopped.
 func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if opts.Clusters == 0 {
 		opts.Clusters = 3
@@ -84,7 +102,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	for _, c := range f.Env.Clusters {
 		ids = append(ids, c.Name)
 	}
-	if f.LeaseAPI, err = StartLeaseAPI(ctx, opts.BinDir, filepath.Join(opts.WorkDir, "leaseapi"), ids); err != nil {
+	if f.LeaseAPI, err = StartLeaseAPI(ctx, opts.BinDir, filepath.Join(opts.WorkDir, "leaseapi"), ids, opts.Metrics); err != nil {
 		return f, err
 	}
 	for _, c := range f.Env.Clusters {
@@ -94,24 +112,38 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		}
 		f.Members = append(f.Members, m)
 	}
-	if !opts.NoAgents {
+	if opts.DeferAgents {
+		return f, nil
+	}
+	return f, f.StartAgents(ctx)
+}
+
+// StartAgents starts one agent per cluster (none with Options.NoAgents),
+// registers the admission they serve, and applies the workload everywhere
+// (unless Options.NoWorkload). Start calls it, unless Options.DeferAgents
+// leaves it to the caller.
+func (f *Fleet) StartAgents(ctx context.Context) error {
+	if !f.opts.NoAgents {
 		for _, m := range f.Members {
 			if err := m.StartAgent(m.Name); err != nil {
-				return f, err
+				return err
 			}
 		}
 		for _, m := range f.Members {
 			if err := m.registerAdmission(ctx); err != nil {
-				return f, err
+				return err
 			}
 		}
 	}
+	if f.opts.NoWorkload {
+		return nil
+	}
 	for _, m := range f.Members {
 		if err := m.ApplyWorkload(ctx); err != nil {
-			return f, err
+			return err
 		}
 	}
-	return f, nil
+	return nil
 }
 
 // admission reports whether the fleet's clusters run Berth's admission: they
@@ -161,17 +193,22 @@ type LeaseAPI struct {
 	*process.Process
 	URL   string
 	Admin *leaseclient.Client
+	// MetricsURL is the server's /metrics, empty when it serves none.
+	MetricsURL string
 	// TokenFiles maps a subject to the file with its token.
 	TokenFiles map[string]string
 	binDir     string
 	dir        string
 	tokenFile  string
 	addr       string
+	// metricsAddr is where /metrics is served, empty for none.
+	metricsAddr string
 }
 
 // StartLeaseAPI runs berth-leaseapi on a free loopback port with a token for
-// each subject and for AdminSubject.
-func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string) (*LeaseAPI, error) {
+// each subject and for AdminSubject, and with metrics on another free port
+// when metrics is set.
+func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string, metrics bool) (*LeaseAPI, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -190,6 +227,13 @@ func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string) (
 	}
 	api.addr = fmt.Sprintf("127.0.0.1:%d", port)
 	api.URL = "http://" + api.addr
+	if metrics {
+		if port, err = freeport.Port(); err != nil {
+			return nil, err
+		}
+		api.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+		api.MetricsURL = "http://" + api.metricsAddr + "/metrics"
+	}
 	if api.Admin, err = leaseclient.New(leaseclient.Config{URL: api.URL, TokenFile: api.TokenFiles[AdminSubject], Timeout: 2 * time.Second}); err != nil {
 		return nil, err
 	}
@@ -200,7 +244,7 @@ func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string) (
 // it is ready.
 func (a *LeaseAPI) Start(ctx context.Context) error {
 	p, err := process.Start("berth-leaseapi", filepath.Join(a.binDir, "berth-leaseapi"), filepath.Join(a.dir, fmt.Sprintf("berth-leaseapi-%d.log", time.Now().UnixNano())),
-		"--listen", a.addr, "--metrics-listen", "", "--sqlite-path", filepath.Join(a.dir, "leases.db"),
+		"--listen", a.addr, "--metrics-listen", a.metricsAddr, "--sqlite-path", filepath.Join(a.dir, "leases.db"),
 		"--token-file", a.tokenFile, "--admin-subjects", AdminSubject)
 	if err != nil {
 		return err

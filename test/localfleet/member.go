@@ -70,6 +70,11 @@ type Member struct {
 	webhookPort int
 	// webhookCA is the CA bundle that trusts the agent's serving certificate.
 	webhookCA []byte
+	// MetricsURL is the agent's /metrics (the same across restarts), empty
+	// unless Options.Metrics.
+	MetricsURL string
+	// metricsAddr is where the agent serves /metrics ("0": nowhere).
+	metricsAddr string
 }
 
 func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*Member, error) {
@@ -88,7 +93,15 @@ func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{Name: c.Name, Cluster: c, Client: cl, Proxy: proxy, dir: dir, fleet: f}
+	m := &Member{Name: c.Name, Cluster: c, Client: cl, Proxy: proxy, dir: dir, fleet: f, metricsAddr: "0"}
+	if f.opts.Metrics {
+		port, err := freeport.Port()
+		if err != nil {
+			return nil, err
+		}
+		m.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+		m.MetricsURL = "http://" + m.metricsAddr + "/metrics"
+	}
 	if err := m.grantAgentAccess(ctx); err != nil {
 		return nil, err
 	}
@@ -164,18 +177,20 @@ func (m *Member) StartAgent(clusterID string) error {
 	if !ok {
 		return fmt.Errorf("no lease API token for %s", clusterID)
 	}
-	p, err := process.Start("berth-agent", filepath.Join(m.fleet.opts.BinDir, "berth-agent"), filepath.Join(m.dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())),
+	args := []string{
 		"--cluster-id", clusterID,
 		"--kubeconfig", m.agentKubeconfig(),
-		"--lease-api-url", "http://"+m.Proxy.Addr,
+		"--lease-api-url", "http://" + m.Proxy.Addr,
 		"--lease-api-token-file", token,
 		"--managed-workloads",
 		"--webhook-port", fmt.Sprint(m.webhookPort),
 		"--webhook-cert-dir", m.certDir(),
-		"--metrics-bind-address", "0",
+		"--metrics-bind-address", m.metricsAddr,
 		"--health-probe-bind-address", "0",
 		"--cluster-heartbeat-interval", m.fleet.opts.Workload.ClusterHeartbeat.String(),
-	)
+	}
+	p, err := process.Start("berth-agent", filepath.Join(m.fleet.opts.BinDir, "berth-agent"), filepath.Join(m.dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())),
+		append(args, m.fleet.opts.AgentArgs...)...)
 	if err != nil {
 		return err
 	}
