@@ -122,6 +122,8 @@ type BerthLeaseReconciler struct {
 	renewals renewer
 	// changes follows the lease API's change stream (Start).
 	changes stream
+	// acquisitions takes leases over that the stream reports free (Start).
+	acquisitions acquirer
 	// holding holds the BerthLeases whose last reconcile ended keeping a
 	// term or a token to recover or release (Holding).
 	holding map[types.UID]bool
@@ -251,6 +253,7 @@ func (r *BerthLeaseReconciler) defaults() {
 			r.ConcurrentReconciles = DefaultConcurrentReconciles
 		}
 		r.renewals.kick = make(chan struct{}, 1)
+		r.acquisitions.queue = make(chan *memory, acquireQueue)
 		r.mu.Lock()
 		r.memory = map[types.UID]*memory{}
 		r.holding = map[types.UID]bool{}
@@ -307,6 +310,7 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	observeLease(r.ClusterIdentity, bl, p.facts, d)
 	r.handOver(mem, r.batchSpecFor(bl, p, mem, d))
+	mem.setWaiting(r.waitSpecFor(p, mem, d))
 	supersededLeft := r.settleSuperseded(ctx, bl)
 	if d.RemoveFinalizer {
 		r.forget(bl.UID)
@@ -433,6 +437,7 @@ func (r *BerthLeaseReconciler) reconcileGone(ctx context.Context, name types.Nam
 	bl, mem := r.goneOf(name)
 	mem.gone = true
 	r.handOver(mem, nil)
+	mem.setWaiting(nil)
 	p, d := r.settle(ctx, bl, mem)
 	if err := r.actOnPods(ctx, bl, p, d, PodsStop); err != nil {
 		return ctrl.Result{}, err
@@ -548,7 +553,7 @@ func (r *BerthLeaseReconciler) memoryOf(bl *berthv1alpha1.BerthLease) *memory {
 				if old.last != nil && old.last.EffectiveLeaseName() != bl.EffectiveLeaseName() {
 					old.superseded = true
 					old.mu.Lock()
-					old.batch = nil
+					old.batch, old.waiting = nil, nil
 					old.mu.Unlock()
 					continue
 				}

@@ -29,6 +29,10 @@ type memory struct {
 	// reconcile renews it itself, or there is none). Only the reconcile sets
 	// it, at its end.
 	batch *batchSpec
+	// waiting says how the acquirer may take the lease over when the change
+	// stream reports it free (nil: only the reconcile acquires). Only the
+	// reconcile sets it, at its end; the acquirer clears it when it acts.
+	waiting *batchSpec
 	// fenceWoken is the term whose passed deadline the renewer has woken
 	// the reconcile for (once per term).
 	fenceWoken *Term

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/berthfleet/berth/leaseapi"
 	leaseclient "github.com/berthfleet/berth/leaseapi/client"
+	"github.com/berthfleet/berth/test/poll"
 )
 
 // batches is a BatchRenewer that records each batch and answers it with
@@ -218,5 +221,67 @@ func TestRenewerOnAnOlderLeaseAPI(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"exporter"}, w.take()); diff != "" {
 		t.Errorf("woken (-want +got):\n%s", diff)
+	}
+}
+
+// acquires is a lease client whose Acquire grants the lease with token
+// 9 to whoever asks, and counts the calls.
+type acquires struct {
+	batches
+	calls atomic.Int32
+}
+
+func (a *acquires) Acquire(_ context.Context, _, _, holder string, _ time.Duration) (leaseclient.AcquireResult, error) {
+	a.calls.Add(1)
+	return leaseclient.AcquireResult{Acquired: true, Holder: holder, FencingToken: 9}, nil
+}
+
+// TestAcquirerTakesFreedLeasesOver: a lease the stream reports free is
+// acquired at once for the BerthLease that waits for it, its term is
+// handed to the renewer (measured from when the acquire was sent), and
+// the reconcile is woken; a BerthLease whose reconcile no longer waits is
+// only woken.
+func TestAcquirerTakesFreedLeasesOver(t *testing.T) {
+	a := &acquires{}
+	w := &wakes{}
+	clk := clocktesting.NewFakeClock(t0)
+	r := &BerthLeaseReconciler{LeaseClient: a, Wake: w.wake, Clock: clk}
+	r.defaults()
+	r.renewals.running.Store(true)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go r.acquire(ctx)
+	poll.For(t, 5*time.Second, "the acquirer runs", r.acquisitions.running.Load)
+	waitingFor := func(name string) *memory {
+		m := remember(r, name, name, with(tenure{started: true}, saw(granted(other, 3))))
+		m.setWaiting(&batchSpec{namespace: "payments", lease: name, holder: us, ttl: memTTL, heartbeat: memHeartbeat})
+		return m
+	}
+	m := waitingFor("exporter")
+	gone := waitingFor("scheduler")
+	gone.setWaiting(nil) // its reconcile decided otherwise since
+	free := func(name string) leaseclient.LeaseEvent {
+		return leaseclient.LeaseEvent{Lease: leaseapi.Lease{Namespace: "payments", Name: name, FencingToken: 3}}
+	}
+	r.leaseChanged(t.Context(), free("exporter"))
+	r.leaseChanged(t.Context(), free("scheduler"))
+	poll.For(t, 5*time.Second, "both BerthLeases woken", func() bool { return w.count() == 2 })
+	if diff := cmp.Diff([]string{"exporter", "scheduler"}, w.take()); diff != "" {
+		t.Errorf("woken (-want +got):\n%s", diff)
+	}
+	if got := a.calls.Load(); got != 1 {
+		t.Errorf("%d acquires, want 1: only the BerthLease that still waits", got)
+	}
+	m.mu.Lock()
+	tm, batch, waiting := m.tenure.term, m.batch, m.waiting
+	m.mu.Unlock()
+	if tm == nil || tm.Token != 9 || !tm.Deadline.Equal(t0.Add(LocalValidity(memTTL))) {
+		t.Errorf("term after the takeover: %+v, want token 9 with its deadline a validity after the acquire was sent", tm)
+	}
+	if batch == nil || waiting != nil {
+		t.Errorf("after the takeover the renewer has %v and the acquirer %v, want the renewer to renew it and the acquirer done", batch, waiting)
+	}
+	if gt := gone.read(); gt.term != nil {
+		t.Errorf("a BerthLease that no longer waits was given a term: %+v", gt.term)
 	}
 }

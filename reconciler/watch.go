@@ -39,8 +39,9 @@ type stream struct {
 }
 
 // Start runs, for as long as ctx lasts, what the reconciler does between
-// reconciles: the batched renewals of its running terms (renew) and the
-// change stream that wakes its waiting BerthLeases (follow). The manager
+// reconciles: the batched renewals of its running terms (renew), the
+// change stream that wakes its waiting BerthLeases (follow), and the
+// takeover of the leases it reports free (acquire). The manager
 // starts it (SetupWithManager adds it, so it runs on the leader only), and
 // fleet mode starts it for each member cluster, for as long as the cluster
 // is a member.
@@ -51,6 +52,7 @@ func (r *BerthLeaseReconciler) Start(ctx context.Context) error {
 	r.defaults()
 	var wg sync.WaitGroup
 	wg.Go(func() { r.renew(ctx) })
+	wg.Go(func() { r.acquire(ctx) })
 	wg.Go(func() { r.follow(ctx) })
 	for _, name := range r.remembered(func(tenure) bool { return true }) {
 		r.Wake(ctx, name)
@@ -108,8 +110,13 @@ func (r *BerthLeaseReconciler) leaseChanged(ctx context.Context, ev leaseclient.
 	}
 	r.changes.mu.Unlock()
 	for _, m := range mems {
-		if news(m.read(), ev.Lease) {
-			leaseEvents.WithLabelValues(r.ClusterIdentity, "woken").Inc()
+		if !news(m.read(), ev.Lease) {
+			continue
+		}
+		leaseEvents.WithLabelValues(r.ClusterIdentity, "woken").Inc()
+		// A lease come free is taken over at once by the acquirer, which
+		// then wakes the reconcile; anything else wakes it now.
+		if ev.Lease.Holder != "" || !r.takeOver(m) {
 			r.Wake(ctx, m.name)
 		}
 	}

@@ -30,6 +30,13 @@ func (w *wakes) wake(_ context.Context, n types.NamespacedName) {
 	w.names = append(w.names, n.Name)
 }
 
+// count is how many wake-ups there were since the last take.
+func (w *wakes) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.names)
+}
+
 // take returns the names woken since the last take, sorted.
 func (w *wakes) take() []string {
 	w.mu.Lock()
