@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -178,7 +179,7 @@ func SetupController(mgr mcmanager.Manager, wakes <-chan event.TypedGenericEvent
 		return err
 	}
 	return mcbuilder.ControllerManagedBy(mgr).
-		For(&berthv1alpha1.BerthLease{}).
+		For(&berthv1alpha1.BerthLease{}, mcbuilder.WithPredicates(predicate.Funcs{UpdateFunc: notStatusOnly})).
 		Watches(&corev1.Pod{}, mchandler.EnqueueRequestsFromMapFunc(PodToBerthLease),
 			mcbuilder.WithPredicates(predicate.NewPredicateFuncs(IsManaged))).
 		WatchesRawSource(source.TypedChannel(wakes, enqueueWake)).
@@ -219,6 +220,24 @@ var enqueueWake = handler.TypedFuncs[mcreconcile.Request, mcreconcile.Request]{
 	GenericFunc: func(_ context.Context, e event.TypedGenericEvent[mcreconcile.Request], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
 		q.Add(e.Object)
 	},
+}
+
+// notStatusOnly passes every update of a BerthLease but the agent's own
+// status writes: a status change (only the agent may write status) would
+// bring one more reconcile per transition that finds nothing to do, and
+// with thousands of BerthLeases those reconciles are most of the work.
+// Spec, labels, annotations, finalizers and deletion all pass.
+func notStatusOnly(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld, e.ObjectNew
+	if o == nil || n == nil {
+		return true
+	}
+	return o.GetGeneration() != n.GetGeneration() ||
+		!equality.Semantic.DeepEqual(o.GetLabels(), n.GetLabels()) ||
+		!equality.Semantic.DeepEqual(o.GetAnnotations(), n.GetAnnotations()) ||
+		!equality.Semantic.DeepEqual(o.GetFinalizers(), n.GetFinalizers()) ||
+		!equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) ||
+		!equality.Semantic.DeepEqual(o.GetDeletionTimestamp(), n.GetDeletionTimestamp())
 }
 
 // IsManaged reports whether o is a managed Pod (it names a BerthLease).
