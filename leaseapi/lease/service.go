@@ -197,13 +197,40 @@ type SweepResult struct {
 	Expired int
 }
 
-// Sweep frees every lease whose term has ended.
+// sweepBatch bounds how many expired leases one batched write of a sweep
+// frees.
+const sweepBatch = 1000
+
+// Sweep frees every lease whose term has ended. With a store that writes
+// in batches, the leases found expired are freed a batch at a time, each
+// on the version the list read (a lease written since, renewed or freed,
+// is decided again on what it left), so that when a cluster with
+// thousands of leases dies, they are all freed within one sweep, and
+// waiting clusters hear of it together.
 func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
+	batch, batched := s.store.(store.LeaseBatchStore)
+	var expired []store.Lease
+	flush := func() error {
+		if len(expired) == 0 {
+			return nil
+		}
+		n, err := s.expireBatch(ctx, batch, expired)
+		res.Expired += n
+		expired = expired[:0]
+		return err
+	}
 	err := s.eachLease(ctx, func(l store.Lease) error {
 		at, err := s.now(ctx)
 		if err != nil {
 			return err
+		}
+		if batched && DecideExpire(l, at.earliest).Write {
+			expired = append(expired, l)
+			if len(expired) < sweepBatch {
+				return nil
+			}
+			return flush()
 		}
 		d, err := s.updateListed(ctx, l, func(cur store.Lease) Decision { return DecideExpire(cur, at.earliest) })
 		switch {
@@ -216,7 +243,53 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 		return nil
 	})
-	return res, err
+	if err != nil {
+		return res, err
+	}
+	return res, flush()
+}
+
+// expireBatch frees leases, each found expired as listed, in one batched
+// write, and reports how many it freed. A lease whose compare-and-swap
+// lost (written since it was listed) goes through updateListed, which
+// reads it again.
+func (s *Service) expireBatch(ctx context.Context, batch store.LeaseBatchStore, listed []store.Lease) (int, error) {
+	at, err := s.now(ctx)
+	if err != nil {
+		return 0, err
+	}
+	decide := func(cur store.Lease) Decision { return DecideExpire(cur, at.earliest) }
+	writes := make([]store.Lease, len(listed))
+	for i, l := range listed {
+		writes[i] = decide(l).Next
+	}
+	written, errs, err := batch.PutLeases(ctx, writes)
+	if err != nil {
+		return 0, fmt.Errorf("expire %d leases: %w", len(listed), err)
+	}
+	freed := 0
+	for i, l := range listed {
+		key := leaseapi.Key{Namespace: l.Namespace, Name: l.Name}
+		switch {
+		case errs[i] == nil:
+			freed++
+			s.changes.notify(key)
+			if changed(l, written[i]) {
+				s.changeLog.add(written[i])
+			}
+		case errors.Is(errs[i], store.ErrConflict):
+			d, err := s.updateListed(ctx, l, decide)
+			if err != nil {
+				return freed, err
+			}
+			if d.Outcome == OutcomeExpired {
+				freed++
+			}
+		default:
+			return freed, fmt.Errorf("lease %s: %w", key, errs[i])
+		}
+	}
+	return freed, nil
 }
 
 // GrantGrace gives every current holder one full TTL from now to renew. Call

@@ -135,35 +135,41 @@ func TestWatchFollowsFeed(t *testing.T) {
 	wg.Go(func() { b.FollowFeed(ctx, feed, func(err error) { t.Errorf("feed broke: %v", err) }) })
 
 	key := leaseapi.Key{Namespace: "payments", Name: "exporter"}
-	report := func() { feed.reports <- store.LeaseChange{Namespace: key.Namespace, Name: key.Name} }
+	var got []string
+	// report passes a write on through the feed and waits until the
+	// watcher has what it should have by then: the feed's follower reads
+	// the record when the report comes, so a write made before that would
+	// be read in its place.
+	report := func(want int) {
+		feed.reports <- store.LeaseChange{Namespace: key.Namespace, Name: key.Name}
+		deadline := time.After(10 * time.Second)
+		for len(got) < want {
+			events, more := w.Next(10)
+			if got = append(got, describe(events)...); len(got) >= want {
+				return
+			}
+			select {
+			case <-more:
+			case <-deadline:
+				t.Fatalf("after 10 s the watcher has %q, want %d events", got, want)
+			}
+		}
+	}
 	d, err := a.Acquire(ctx, key, "east", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	report()
+	report(3)
 	if _, err := a.Release(ctx, key, "east", d.Next.FencingToken); err != nil {
 		t.Fatal(err)
 	}
-	report()
+	report(4)
 	if _, err := b.Acquire(ctx, key, "west", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	report() // b's own write, reported by the feed as well
+	report(5) // b's own write, reported by the feed as well
 
 	want := []string{"RESET(start)", "RESET(feed)", "payments/exporter east#1", "payments/exporter #1", "payments/exporter west#2"}
-	var got []string
-	deadline := time.After(10 * time.Second)
-	for {
-		events, more := w.Next(10)
-		if got = append(got, describe(events)...); len(got) >= len(want) {
-			break
-		}
-		select {
-		case <-more:
-		case <-deadline:
-			t.Fatalf("after 10 s the watcher has %q, want %q", got, want)
-		}
-	}
 	// Let a duplicate, if any, arrive.
 	time.Sleep(100 * time.Millisecond)
 	events, _ := w.Next(10)
