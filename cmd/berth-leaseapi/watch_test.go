@@ -34,7 +34,12 @@ func TestWatchAcrossPostgresReplicas(t *testing.T) {
 			changes <- fmt.Sprintf("%s %s#%d", e.Lease.Name, e.Lease.Holder, e.Lease.FencingToken)
 		}, nil)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("WatchLeases at B: %v", err)
+		}
+	})
 	// next is the next change, past the resets of B's feed (re)starting.
 	next := func(what string) (string, time.Duration) {
 		t.Helper()
