@@ -54,11 +54,12 @@ type Config struct {
 	RetryWaitMin, RetryWaitMax time.Duration
 	// MaxConnsPerHost bounds the connection pool (default 100).
 	MaxConnsPerHost int
+	Log             logr.Logger
+
 	// WatchIdleTimeout is how long WatchLeases waits for the next line of
 	// a stream before it treats it as broken (default
 	// DefaultWatchIdleTimeout: three of the server's bookmark intervals).
 	WatchIdleTimeout time.Duration
-	Log             logr.Logger
 }
 
 // Client calls the lease API.

@@ -8,4 +8,8 @@
 // answer cannot grant or free anything the first attempt did not. 4xx answers
 // are never retried; they come back as *APIError values that match the
 // sentinel errors (ErrConflict, ErrUnauthorized, ...) with errors.Is.
+//
+// WatchLeases is the exception: it holds one stream of lease changes open for
+// as long as its context lasts, resuming it after every break, and bounds
+// only connecting and each stream's first line by Config.Timeout.
 package client

@@ -475,3 +475,30 @@ func TestStuckWatcherIsCutOff(t *testing.T) {
 	}
 	t.Logf("%d bytes were buffered on the way when the stream was cut", n)
 }
+
+// TestWatchOutlastsConnectionBounds: the http.Server's bounds on a
+// connection (headers, body, idle) are far shorter than a healthy stream,
+// and none of them cuts it: its bookmarks keep arriving.
+func TestWatchOutlastsConnectionBounds(t *testing.T) {
+	const bound = 200 * time.Millisecond
+	f := newFixture(t, fixtureOptions{
+		limits: Limits{ReadHeaderTimeout: bound, BodyReadTimeout: bound, IdleTimeout: bound},
+		watch:  WatchOptions{BookmarkInterval: 100 * time.Millisecond},
+	})
+	w := f.watch(tokenA, watchPath(""))
+	w.next() // RESET
+	start := time.Now()
+	bookmarks := 0
+	for time.Since(start) < 10*bound {
+		if e := w.next(); e.Type == leaseapi.WatchBookmark {
+			bookmarks++
+		}
+	}
+	t.Logf("%d bookmarks in %s on a server whose connection bounds are %s", bookmarks, time.Since(start).Round(time.Millisecond), bound)
+	f.acquire(tokenA, "payments", "exporter", "cluster-a", 10)
+	for {
+		if e := w.next(); e.Type == leaseapi.WatchChanged {
+			break
+		}
+	}
+}
