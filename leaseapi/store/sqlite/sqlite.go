@@ -27,8 +27,9 @@ type Store struct {
 	path string
 	db   *sql.DB
 	lock *flock.Flock
-	// putLease and putCluster are the writer's prepared upserts.
-	putLease, putCluster *sql.Stmt
+	// putLease, putLeases (rowsPerUpsert leases) and putCluster are the
+	// writer's prepared upserts.
+	putLease, putLeases, putCluster *sql.Stmt
 
 	// mu guards the committed records; the writer takes it only to publish
 	// a committed batch.
@@ -126,6 +127,9 @@ func (s *Store) init(ctx context.Context) error {
 	var err error
 	if s.putLease, err = s.db.PrepareContext(ctx, upsertLease); err != nil {
 		return fmt.Errorf("prepare lease upsert: %w", err)
+	}
+	if s.putLeases, err = s.db.PrepareContext(ctx, upsertLeaseRows(rowsPerUpsert)); err != nil {
+		return fmt.Errorf("prepare lease upserts: %w", err)
 	}
 	if s.putCluster, err = s.db.PrepareContext(ctx, upsertCluster); err != nil {
 		return fmt.Errorf("prepare cluster upsert: %w", err)
