@@ -158,7 +158,7 @@ func TestBatchSurvivesReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	got, err := s.GetLeases(t.Context(), keys)
 	if err != nil {
 		t.Fatal(err)
