@@ -84,9 +84,14 @@ func (s *Store) commit(batch []*write) {
 	}
 	if err == nil {
 		s.mu.Lock()
+		var added []store.LeaseKey
 		for k, l := range leases {
+			if _, ok := s.leases[k]; !ok {
+				added = append(added, store.LeaseKey{Namespace: l.Namespace, Name: l.Name})
+			}
 			s.leases[k] = l
 		}
+		s.addKeys(added)
 		for id, c := range clusters {
 			s.clusters[id] = c
 		}
