@@ -10,6 +10,11 @@
 #    against Lease objects on that kube-apiserver (client-go compare-and-swap
 #    updates, the baseline); ratios are to the baseline.
 # 3. The embedded store alone (go test -bench), before the other servers start.
+# 4. Batched renewals (POST /v1alpha1/renewals, test/load --batch): closed loop
+#    (BATCH_HOLDERS holders of BATCH leases each) and open loop (HOLDERS holders
+#    of OPEN_BATCH leases each, OPEN_BATCH_RATE batches/s) on the embedded store,
+#    each RUNS times; and in the side-by-side run, batches on SQLite and on
+#    PostgreSQL next to the single renews and the baseline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +23,13 @@ HOLDERS=${HOLDERS:-500}
 RATE=${RATE:-5000}
 DURATION=${DURATION:-10s}
 COMPARE_HOLDERS=${COMPARE_HOLDERS:-200}
+BATCH=${BATCH:-1000}
+BATCH_HOLDERS=${BATCH_HOLDERS:-20}
+OPEN_BATCH=${OPEN_BATCH:-100}
+OPEN_BATCH_RATE=${OPEN_BATCH_RATE:-100}
+# Batch holders acquire their leases one by one before they renew; the TTL
+# outlasts that.
+BATCH_TTL=${BATCH_TTL:-5m}
 BIN=${BIN:-bin}
 
 go build -o "$BIN/load" ./test/load
@@ -62,6 +74,19 @@ run_series() { # name rate
 run_series open "$RATE"
 run_series closed 0
 
+run_batches() { # name holders batch rate
+	local name=$1 holders=$2 batch=$3 rate=$4 i
+	: >"$work/$name"
+	for i in $(seq "$RUNS"); do
+		echo "bench: $name run $i/$RUNS" >&2
+		# One namespace for every run: a holder's acquire of its own lease renews it.
+		"$BIN/load" --url "$url" --holders "$holders" --batch "$batch" --rate "$rate" --duration "$DURATION" \
+			--ttl "$BATCH_TTL" --namespace "$name" --json 2>>"$work/load.log" >>"$work/$name"
+	done
+}
+run_batches batch-open "$HOLDERS" "$OPEN_BATCH" "$OPEN_BATCH_RATE"
+run_batches batch-closed "$BATCH_HOLDERS" "$BATCH" 0
+
 report() { # file sort-field
 	python3 - "$1" "$2" <<'PY'
 import json, sys
@@ -80,6 +105,25 @@ echo "| load | holders | target/s | renews/s | p50 ms | p99 ms | errors/lost | r
 echo "|---|---|---|---|---|---|---|---|"
 report "$work/open" p99Ms
 report "$work/closed" throughput
+
+echo
+echo "## Batched renewals, embedded store"
+echo
+echo "| load | holders × leases | target batches/s | renewals/s | batches/s | p50 ms | p99 ms | errors/lost | runs |"
+echo "|---|---|---|---|---|---|---|---|---|"
+report_batches() { # file sort-field
+	python3 - "$1" "$2" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+field = sys.argv[2]
+rows.sort(key=lambda r: r[field])
+m = rows[len(rows) // 2]
+all_ = ", ".join(f"{r[field]:.1f}" for r in rows)
+print(f"| {'open loop' if m['targetRate'] else 'closed loop'} | {m['holders']} × {m['batch']} | {m['targetRate'] or '-'} | {m['throughput']:.0f} | {m['requests']/m['seconds']:.0f} | {m['p50Ms']:.2f} | {m['p99Ms']:.2f} | {m['errors']}/{m['lost']} | {field}: {all_} |")
+PY
+}
+report_batches "$work/batch-open" p99Ms
+report_batches "$work/batch-closed" throughput
 
 echo
 echo "## The store alone (500 goroutines, group commit), 3 runs"
@@ -118,7 +162,8 @@ compare() { # label args...
 	local label=$1
 	shift
 	echo "bench: compare $label" >&2
-	"$BIN/load" "$@" --holders "$COMPARE_HOLDERS" --rate 0 --duration "$DURATION" --json 2>>"$work/load.log" |
+	# The arguments last, so that they may override --holders.
+	"$BIN/load" --holders "$COMPARE_HOLDERS" --rate 0 --duration "$DURATION" --json "$@" 2>>"$work/load.log" |
 		python3 -c 'import json,sys; r=json.load(sys.stdin); r["label"]=sys.argv[1]; print(json.dumps(r))' "$label" >>"$work/compare"
 }
 : >"$work/compare"
@@ -126,16 +171,21 @@ compare "client-go CAS on Lease objects (baseline)" --kubeconfig "$kubeconfig" -
 compare "berth-leaseapi, embedded SQLite" --url "$sqlite_url" --namespace cmp
 compare "berth-leaseapi, PostgreSQL" --url "$pg_url" --namespace cmp
 compare "berth-leaseapi, Kubernetes Leases" --url "$kube_url" --namespace cmp
+compare "berth-leaseapi, embedded SQLite, batches of $BATCH" --url "$sqlite_url" --namespace cmpb \
+	--holders "$BATCH_HOLDERS" --batch "$BATCH" --ttl "$BATCH_TTL"
+compare "berth-leaseapi, PostgreSQL, batches of $BATCH" --url "$pg_url" --namespace cmpb \
+	--holders "$BATCH_HOLDERS" --batch "$BATCH" --ttl "$BATCH_TTL"
 
 echo
-echo "## The stores side by side ($COMPARE_HOLDERS holders, closed loop, $DURATION each)"
+echo "## The stores side by side (closed loop, $DURATION each; latency is per request)"
 echo
 python3 - "$work/compare" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 base = rows[0]
-print("| target | renews/s | × baseline | p50 ms | p99 ms | errors/lost |")
-print("|---|---|---|---|---|---|")
+print("| target | holders | renews/s | × baseline | p50 ms | p99 ms | errors/lost |")
+print("|---|---|---|---|---|---|---|")
 for r in rows:
-    print(f"| {r['label']} | {r['throughput']:.0f} | {r['throughput']/base['throughput']:.2f} | {r['p50Ms']:.2f} | {r['p99Ms']:.2f} | {r['errors']}/{r['lost']} |")
+    holders = f"{r['holders']} × {r['batch']}" if r.get('batch') else f"{r['holders']}"
+    print(f"| {r['label']} | {holders} | {r['throughput']:.0f} | {r['throughput']/base['throughput']:.2f} | {r['p50Ms']:.2f} | {r['p99Ms']:.2f} | {r['errors']}/{r['lost']} |")
 PY

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -31,7 +32,10 @@ import (
 // a token file, handlers) on a real SQLite store. Every answer must carry an
 // X-Request-Id, every error must be a JSON {"error": ...}, a success's JSON
 // must parse, nothing may panic or hang, and there is no 5xx unless the
-// store failed.
+// store failed. The store outlives each input, so batched renewals meet
+// the leases that single acquires, renews, releases and revocations left;
+// a batch's answer must have an item per lease, in order, and an item that
+// says the lease is renewed must name the batch's holder and token.
 func FuzzServer(f *testing.F) {
 	for _, seed := range serverSeeds() {
 		f.Add([]byte(seed))
@@ -53,6 +57,8 @@ const (
 type fuzzHarness struct {
 	handler http.Handler
 	store   *errorRecorder
+	// body is the body of the input's batched renewal.
+	body []byte
 }
 
 func newFuzzHarness(tb testing.TB) *fuzzHarness {
@@ -90,6 +96,14 @@ func (h *fuzzHarness) check(t *testing.T, raw []byte) {
 	defer cut.Stop()
 	req = req.WithContext(ctx)
 	req.RemoteAddr = "192.0.2.7:40000"
+	h.body = nil
+	if req.Method == http.MethodPost && req.URL.Path == renewalsPath {
+		// Kept for checkBatchAnswer; the handler reads it from memory.
+		if h.body, err = io.ReadAll(req.Body); err != nil {
+			return // a framing error the server would answer 400
+		}
+		req.Body = io.NopCloser(bytes.NewReader(h.body))
+	}
 
 	h.store.reset()
 	rec := httptest.NewRecorder()
@@ -131,6 +145,41 @@ func (h *fuzzHarness) check(t *testing.T, raw []byte) {
 	if res.code < 300 && len(res.body) > 0 && !validBody(res) {
 		t.Errorf("%q: answer %d body %q is not JSON", raw, res.code, res.body)
 	}
+	if req.Method == http.MethodPost && req.URL.Path == renewalsPath && res.code == http.StatusOK {
+		for _, err := range checkBatchAnswer(h.body, res.body) {
+			t.Errorf("%q: %v", raw, err)
+		}
+	}
+}
+
+// checkBatchAnswer returns how the answer to a batched renewal breaks its
+// contract: an item per lease, in order, and an item that says the lease is
+// renewed names the batch's holder and the lease's token.
+func checkBatchAnswer(reqBody, resBody []byte) []error {
+	var (
+		req  leaseapi.BatchRenewRequest
+		resp leaseapi.BatchRenewResponse
+	)
+	if err := leaseapi.DecodeBytes(reqBody, &req); err != nil {
+		return []error{fmt.Errorf("a batch answered 200 whose body does not decode: %w", err)}
+	}
+	if err := json.Unmarshal(resBody, &resp); err != nil {
+		return []error{fmt.Errorf("batch answer: %w", err)}
+	}
+	if len(resp.Items) != len(req.Leases) {
+		return []error{fmt.Errorf("batch of %d leases answered %d items", len(req.Leases), len(resp.Items))}
+	}
+	var errs []error
+	for i, item := range resp.Items {
+		l := req.Leases[i]
+		if item.Namespace != l.Namespace || item.Name != l.Name {
+			errs = append(errs, fmt.Errorf("item %d is %s/%s, want %s/%s", i, item.Namespace, item.Name, l.Namespace, l.Name))
+		}
+		if item.Acquired && (item.Holder != req.Holder || item.FencingToken != l.FencingToken || item.Revoked) {
+			errs = append(errs, fmt.Errorf("item %d renewed, but shows %+v for holder %q token %d", i, item.AcquireResponse, req.Holder, l.FencingToken))
+		}
+	}
+	return errs
 }
 
 // validBody reports whether a success's body is JSON: one value, or for a
@@ -249,6 +298,13 @@ func serverSeeds() []string {
 		rawRequest("POST", leaseURL+"/revoke", tokenB, `{"holder":"cluster-a","fencingToken":1}`),
 		rawRequest("POST", leaseURL+"/acquire", tokenB, `{"holder":"cluster-b/shard-1","ttlSeconds":5}`),
 		rawRequest("GET", leaseURL, tokenB, ""),
+		// Batched renewals of leases the other seeds acquire, revoke and
+		// release: renewed, lost, revoked, never seen.
+		rawRequest("POST", renewalsPath, tokenA, `{"holder":"cluster-a","leases":[{"namespace":"team","name":"exporter","fencingToken":1,"ttlSeconds":30},{"namespace":"team","name":"other","fencingToken":1,"ttlSeconds":5}]}`),
+		rawRequest("POST", renewalsPath, tokenB, `{"holder":"cluster-b/shard-1","leases":[{"namespace":"team","name":"exporter","fencingToken":2,"ttlSeconds":5},{"namespace":"team","name":"exporter","fencingToken":2,"ttlSeconds":5}]}`),
+		rawRequest("POST", renewalsPath, tokenA, `{"holder":"cluster-a","leases":[{"namespace":"team","name":"exporter","fencingToken":0,"ttlSeconds":30}],"x":1}`),
+		rawRequest("POST", renewalsPath, tokenB, `{"holder":"cluster-a","leases":[]}`),
+		rawRequest("POST", renewalsPath, tokenA, `{"holder":"cluster-a","leases":[{"namespace":"team","name":"exporter","fencingToken":1,"ttlSeconds":30}]}`+strings.Repeat(" ", leaseapi.MaxBodyBytes)),
 		rawRequest("GET", leaseURL+"?waitSeconds=1&holder=cluster-a&fencingToken=1", tokenB, ""),
 		rawRequest("GET", list+"?namespace=team&limit=2", tokenA, ""),
 		rawRequest("GET", list+"?limit=1&continue=dGVhbS9leHBvcnRlcg", tokenA, ""),

@@ -27,14 +27,18 @@ type Store struct {
 	path string
 	db   *sql.DB
 	lock *flock.Flock
-	// putLease and putCluster are the writer's prepared upserts.
-	putLease, putCluster *sql.Stmt
+	// putLease, putLeases (rowsPerUpsert leases) and putCluster are the
+	// writer's prepared upserts.
+	putLease, putLeases, putCluster *sql.Stmt
 
 	// mu guards the committed records; the writer takes it only to publish
 	// a committed batch.
 	mu       sync.RWMutex
 	leases   map[string]store.Lease
 	clusters map[string]store.Cluster
+	// order holds every lease key in list order (records are never
+	// deleted), so that a page costs its own length, not the store's.
+	order []store.LeaseKey
 
 	// closeMu orders Close after every in-flight enqueue.
 	closeMu sync.RWMutex
@@ -127,6 +131,9 @@ func (s *Store) init(ctx context.Context) error {
 	if s.putLease, err = s.db.PrepareContext(ctx, upsertLease); err != nil {
 		return fmt.Errorf("prepare lease upsert: %w", err)
 	}
+	if s.putLeases, err = s.db.PrepareContext(ctx, upsertLeaseRows(rowsPerUpsert)); err != nil {
+		return fmt.Errorf("prepare lease upserts: %w", err)
+	}
 	if s.putCluster, err = s.db.PrepareContext(ctx, upsertCluster); err != nil {
 		return fmt.Errorf("prepare cluster upsert: %w", err)
 	}
@@ -150,7 +157,9 @@ func (s *Store) load(ctx context.Context) error {
 		l.TTL = time.Duration(ttl) * time.Microsecond
 		l.AcquiredAt, l.RenewedAt, l.ExpiresAt = fromMicros(acquired), fromMicros(renewed), fromMicros(expi)
 		s.leases[leaseKey(l.Namespace, l.Name)] = l
+		s.order = append(s.order, store.LeaseKey{Namespace: l.Namespace, Name: l.Name})
 	}
+	slices.SortFunc(s.order, compareKeys)
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return fmt.Errorf("load leases: %w", err)
 	}
@@ -189,23 +198,60 @@ func (s *Store) GetLease(_ context.Context, namespace, name string) (store.Lease
 	return l, nil
 }
 
-// ListLeases implements store.LeaseStore.
+// ListLeases implements store.LeaseStore: it starts at the first key of the
+// page in the ordered keys and reads no further than the page.
 func (s *Store) ListLeases(_ context.Context, opts store.ListOptions) ([]store.Lease, bool, error) {
-	s.mu.RLock()
-	out := make([]store.Lease, 0, len(s.leases))
-	for _, l := range s.leases {
-		if opts.Selects(l.Namespace, l.Name) {
-			out = append(out, l)
-		}
+	var after store.LeaseKey
+	if opts.After != "" {
+		after.Namespace, after.Name, _ = strings.Cut(opts.After, "/")
 	}
-	s.mu.RUnlock()
-	slices.SortFunc(out, func(a, b store.Lease) int {
-		return store.CompareKeys(a.Namespace, a.Name, b.Namespace, b.Name)
-	})
-	if opts.Limit > 0 && len(out) > opts.Limit {
-		return out[:opts.Limit], true, nil
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	start, _ := slices.BinarySearchFunc(s.order, after, compareKeys)
+	if opts.Namespace != "" {
+		first, _ := slices.BinarySearchFunc(s.order, store.LeaseKey{Namespace: opts.Namespace}, compareKeys)
+		start = max(start, first)
+	}
+	var out []store.Lease
+	for _, k := range s.order[start:] {
+		if opts.Namespace != "" && k.Namespace != opts.Namespace {
+			break
+		}
+		if !opts.Selects(k.Namespace, k.Name) {
+			continue // After itself
+		}
+		if opts.Limit > 0 && len(out) == opts.Limit {
+			return out, true, nil
+		}
+		out = append(out, s.leases[leaseKey(k.Namespace, k.Name)])
 	}
 	return out, false, nil
+}
+
+func compareKeys(a, b store.LeaseKey) int {
+	return store.CompareKeys(a.Namespace, a.Name, b.Namespace, b.Name)
+}
+
+// addKeys merges the keys of leases new to the store into s.order; the
+// caller holds mu for writing.
+func (s *Store) addKeys(added []store.LeaseKey) {
+	if len(added) == 0 {
+		return
+	}
+	slices.SortFunc(added, compareKeys)
+	merged := make([]store.LeaseKey, 0, len(s.order)+len(added))
+	i, j := 0, 0
+	for i < len(s.order) && j < len(added) {
+		if compareKeys(s.order[i], added[j]) < 0 {
+			merged = append(merged, s.order[i])
+			i++
+		} else {
+			merged = append(merged, added[j])
+			j++
+		}
+	}
+	merged = append(append(merged, s.order[i:]...), added[j:]...)
+	s.order = merged
 }
 
 // PutLease implements store.LeaseStore.

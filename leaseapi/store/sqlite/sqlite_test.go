@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -127,5 +128,42 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	l.Revoked = true
 	if l, err = s.PutLease(t.Context(), l); err != nil || !l.Revoked {
 		t.Fatalf("revoke after the upgrade: %+v, %v", l, err)
+	}
+}
+
+// TestBatchSurvivesReopen: a batch written in statements of many rows is on
+// disk as the store answered it.
+func TestBatchSurvivesReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.db")
+	s, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	leases := make([]store.Lease, 150)
+	keys := make([]store.LeaseKey, len(leases))
+	for i := range leases {
+		leases[i] = store.Lease{Namespace: "ns", Name: fmt.Sprintf("l-%03d", i), Holder: "east", FencingToken: int32(i + 1),
+			TTL: time.Minute, AcquiredAt: now, RenewedAt: now, ExpiresAt: now.Add(time.Minute), Revoked: i%2 == 0}
+		keys[i] = store.LeaseKey{Namespace: "ns", Name: leases[i].Name}
+	}
+	want, errs, err := s.PutLeases(t.Context(), leases)
+	if err != nil || errors.Join(errs...) != nil {
+		t.Fatalf("write: %v %v", err, errors.Join(errs...))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	got, err := s.GetLeases(t.Context(), keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("after reopen (-written +read):\n%s", diff)
 	}
 }

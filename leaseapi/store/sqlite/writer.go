@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/berthfleet/berth/leaseapi/store"
@@ -83,9 +84,14 @@ func (s *Store) commit(batch []*write) {
 	}
 	if err == nil {
 		s.mu.Lock()
+		var added []store.LeaseKey
 		for k, l := range leases {
+			if _, ok := s.leases[k]; !ok {
+				added = append(added, store.LeaseKey{Namespace: l.Namespace, Name: l.Name})
+			}
 			s.leases[k] = l
 		}
+		s.addKeys(added)
 		for id, c := range clusters {
 			s.clusters[id] = c
 		}
@@ -163,10 +169,15 @@ func (s *Store) persist(rows pending) (err error) {
 			err = errors.Join(err, tx.Rollback())
 		}
 	}()
-	putLease, putCluster := tx.StmtContext(ctx, s.putLease), tx.StmtContext(ctx, s.putCluster)
-	for _, l := range rows.leases {
-		if err = checkRow(putLease.ExecContext(ctx, l.Namespace, l.Name, l.Holder, l.FencingToken,
-			l.TTL.Microseconds(), toMicros(l.AcquiredAt), toMicros(l.RenewedAt), toMicros(l.ExpiresAt), l.Revoked, l.Version)); err != nil {
+	putLease, putLeases, putCluster := tx.StmtContext(ctx, s.putLease), tx.StmtContext(ctx, s.putLeases), tx.StmtContext(ctx, s.putCluster)
+	leases := rows.leases
+	for ; len(leases) >= rowsPerUpsert; leases = leases[rowsPerUpsert:] {
+		if err = expectRows(rowsPerUpsert)(putLeases.ExecContext(ctx, leaseArgs(leases[:rowsPerUpsert])...)); err != nil {
+			return err
+		}
+	}
+	for _, l := range leases {
+		if err = expectRows(1)(putLease.ExecContext(ctx, leaseArgs([]*store.Lease{l})...)); err != nil {
 			return err
 		}
 	}
@@ -175,7 +186,7 @@ func (s *Store) persist(rows pending) (err error) {
 		if jerr != nil {
 			return fmt.Errorf("encode labels of cluster %s: %w", c.ID, jerr)
 		}
-		if err = checkRow(putCluster.ExecContext(ctx, c.ID, c.Fingerprint, c.AgentVersion, string(labels),
+		if err = expectRows(1)(putCluster.ExecContext(ctx, c.ID, c.Fingerprint, c.AgentVersion, string(labels),
 			c.Cordoned, toMicros(c.RegisteredAt), toMicros(c.LastSeen), c.Version)); err != nil {
 			return err
 		}
@@ -186,14 +197,37 @@ func (s *Store) persist(rows pending) (err error) {
 	return nil
 }
 
-// checkRow is the error of one upsert: its own, or a row that did not take
-// it because its version moved behind the store.
-func checkRow(res sql.Result, err error) error {
-	if err != nil {
-		return fmt.Errorf("write: %w", err)
+// expectRows returns the error of an upsert of n rows: its own, or rows
+// that did not take it because their version moved behind the store.
+func expectRows(n int64) func(sql.Result, error) error {
+	return func(res sql.Result, err error) error {
+		if err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		if got, rerr := res.RowsAffected(); rerr != nil || got != n {
+			return fmt.Errorf("write: row version moved behind the store (rows affected %d of %d, %v)", got, n, rerr)
+		}
+		return nil
 	}
-	if n, rerr := res.RowsAffected(); rerr != nil || n != 1 {
-		return fmt.Errorf("write: row version moved behind the store (rows affected %d, %v)", n, rerr)
+}
+
+// rowsPerUpsert is how many leases one statement of a large commit writes:
+// a statement per lease costs more than the lease's own write.
+const rowsPerUpsert = 64
+
+// upsertLeaseRows is upsertLease for n leases.
+func upsertLeaseRows(n int) string {
+	const row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	values := strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
+	return strings.Replace(upsertLease, row, values, 1)
+}
+
+// leaseArgs are the arguments of upsertLeaseRows(len(leases)).
+func leaseArgs(leases []*store.Lease) []any {
+	args := make([]any, 0, 10*len(leases))
+	for _, l := range leases {
+		args = append(args, l.Namespace, l.Name, l.Holder, l.FencingToken,
+			l.TTL.Microseconds(), toMicros(l.AcquiredAt), toMicros(l.RenewedAt), toMicros(l.ExpiresAt), l.Revoked, l.Version)
 	}
-	return nil
+	return args
 }

@@ -271,3 +271,60 @@ func cmpOr[T comparable](v, def T) T {
 	}
 	return v
 }
+
+// testBatchMany writes more leases in one call than a store may put in one
+// statement, twice: created, then updated with one stale write among them.
+func testBatchMany(t *testing.T, open OpenFunc) {
+	f := newFixture(t, open)
+	b := f.batchStore(t)
+	const n = 150
+	leases := make([]store.Lease, n)
+	for i := range leases {
+		leases[i] = store.Lease{Namespace: fmt.Sprintf("ns-%d", i%3), Name: fmt.Sprintf("lease-%03d", i), Holder: "east", FencingToken: 1, TTL: time.Minute}
+	}
+	created, errs, err := b.PutLeases(f.ctx, leases)
+	if err != nil || countNil(errs) != n {
+		t.Fatalf("create %d leases: %v, %d landed", n, err, countNil(errs))
+	}
+	const stale = 100
+	if _, err := f.store.PutLease(f.ctx, created[stale]); err != nil {
+		t.Fatal(err)
+	}
+	next := make([]store.Lease, n)
+	for i, l := range created {
+		l.RenewedAt = epoch.Add(time.Duration(i) * time.Millisecond)
+		next[i] = l
+	}
+	written, errs, err := b.PutLeases(f.ctx, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range next {
+		if (errs[i] == nil) == (i == stale) {
+			t.Fatalf("update %d: %v; want only %d refused", i, errs[i], stale)
+		}
+	}
+	got, err := b.GetLeases(f.ctx, keysOf(next))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		want := written[i]
+		if i == stale {
+			if want, err = f.store.GetLease(f.ctx, next[i].Namespace, next[i].Name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if diff := cmp.Diff(want, got[i]); diff != "" {
+			t.Fatalf("lease %d read back (-want +got):\n%s", i, diff)
+		}
+	}
+}
+
+func keysOf(leases []store.Lease) []store.LeaseKey {
+	keys := make([]store.LeaseKey, len(leases))
+	for i, l := range leases {
+		keys[i] = store.LeaseKey{Namespace: l.Namespace, Name: l.Name}
+	}
+	return keys
+}

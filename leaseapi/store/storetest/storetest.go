@@ -39,6 +39,7 @@ func Run(t *testing.T, open OpenFunc) {
 		"batch reads and writes":           testBatchReadWrite,
 		"batch writes from one version":    testBatchOneVersion,
 		"batch renewal":                    testBatchRenewal,
+		"batch of many":                    testBatchMany,
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) { tc(t, open) })
