@@ -178,3 +178,63 @@ func TestWatchFollowsFeed(t *testing.T) {
 		t.Errorf("events at the second service (-want +got):\n%s", diff)
 	}
 }
+
+// renewingStore writes one lease just before the sweep's first batched
+// write lands, so that its compare-and-swap loses.
+type renewingStore struct {
+	store.Store
+	renew func()
+}
+
+func (s *renewingStore) GetLeases(ctx context.Context, keys []store.LeaseKey) ([]store.Lease, error) {
+	return s.Store.(store.LeaseBatchStore).GetLeases(ctx, keys)
+}
+
+func (s *renewingStore) PutLeases(ctx context.Context, leases []store.Lease) ([]store.Lease, []error, error) {
+	if s.renew != nil {
+		s.renew()
+		s.renew = nil
+	}
+	return s.Store.(store.LeaseBatchStore).PutLeases(ctx, leases)
+}
+
+// TestSweepFreesInBatches: a sweep frees every expired lease, more than
+// one batch of them, and a watcher hears of each; a lease taken over
+// between the sweep's list and its write is decided again and stays held.
+func TestSweepFreesInBatches(t *testing.T) {
+	ctx := t.Context()
+	clock := testingclock.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	st := &renewingStore{Store: openSQLite(t)}
+	svc := lease.NewService(st, lease.Options{Clock: clock})
+	const n = 2500
+	for i := range n {
+		key := leaseapi.Key{Namespace: "payments", Name: fmt.Sprintf("lease-%04d", i)}
+		if _, err := svc.Acquire(ctx, key, "east", 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := svc.Watch(nil, "")
+	clock.Step(11 * time.Second)
+	taken := leaseapi.Key{Namespace: "payments", Name: "lease-0007"}
+	st.renew = func() {
+		// Expired, so anyone may take it: the listed version is gone.
+		if d, err := svc.Acquire(ctx, taken, "west", 10*time.Second); err != nil || !d.Held() {
+			t.Errorf("take %s over: %+v, %v", taken, d, err)
+		}
+	}
+	res, err := svc.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Expired != n-1 {
+		t.Errorf("sweep freed %d leases, want all %d but the one taken over meanwhile", res.Expired, n-1)
+	}
+	if l, err := svc.Get(ctx, taken); err != nil || l.Holder != "west" {
+		t.Errorf("the lease taken over during the sweep: %+v, %v; want it held by west", l, err)
+	}
+	events, _ := w.Next(2 * n)
+	// The watch's first event is its reset; then the takeover and every expiry.
+	if got, want := len(describe(events)), 1+1+res.Expired; got != want {
+		t.Errorf("the watcher has %d events, want %d", got, want)
+	}
+}
