@@ -165,8 +165,11 @@ func (r *BerthLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // DefaultConcurrentReconciles is how many BerthLeases a cluster's
-// controller reconciles at once by default.
-const DefaultConcurrentReconciles = 8
+// controller reconciles at once by default. A reconcile mostly waits on
+// the API server (a few requests in a row), so with thousands of
+// BerthLeases the workers, not the CPU, pace a cluster's first start, a
+// restart or a cordon; the client rate limit (--kube-api-qps) caps them.
+const DefaultConcurrentReconciles = 32
 
 // SetupController declares the BerthLease controller, once for both modes:
 // it reconciles each BerthLease on changes to it, to its managed Pods, and
