@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -226,19 +227,25 @@ var enqueueWake = handler.TypedFuncs[mcreconcile.Request, mcreconcile.Request]{
 }
 
 // notStatusOnly passes every update of a BerthLease but the agent's own
-// status writes: a status change (only the agent may write status) would
-// bring one more reconcile per transition that finds nothing to do, and
-// with thousands of BerthLeases those reconciles are most of the work.
-// Spec, labels, annotations, finalizers and deletion all pass.
+// writes that need no look: a status change (only the agent may write
+// status), and the finalizer added (the reconcile that adds it goes on).
+// Each would bring one more reconcile that finds nothing to do, and with
+// thousands of BerthLeases those reconciles are most of the work. Spec,
+// labels, annotations, any other finalizer change (the finalizer removed)
+// and deletion all pass.
 func notStatusOnly(e event.UpdateEvent) bool {
 	o, n := e.ObjectOld, e.ObjectNew
 	if o == nil || n == nil {
 		return true
 	}
+	finalizers := o.GetFinalizers()
+	if !slices.Contains(finalizers, FinalizerName) {
+		finalizers = append(slices.Clone(finalizers), FinalizerName)
+	}
 	return o.GetGeneration() != n.GetGeneration() ||
 		!equality.Semantic.DeepEqual(o.GetLabels(), n.GetLabels()) ||
 		!equality.Semantic.DeepEqual(o.GetAnnotations(), n.GetAnnotations()) ||
-		!equality.Semantic.DeepEqual(o.GetFinalizers(), n.GetFinalizers()) ||
+		!slices.Equal(finalizers, n.GetFinalizers()) ||
 		!equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) ||
 		!equality.Semantic.DeepEqual(o.GetDeletionTimestamp(), n.GetDeletionTimestamp())
 }
