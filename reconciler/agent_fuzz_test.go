@@ -316,7 +316,7 @@ func (s *fleetSim) close() {
 }
 
 // simTraceLines is how much of the trace a failure shows.
-var simTraceLines = 80
+var simTraceLines = 4000
 
 // maxEvents bounds one run.
 const maxEvents = 3000
@@ -447,6 +447,8 @@ func (s *fleetSim) advance(target time.Time) {
 			a := s.agents[idx]
 			a.pod, a.killAt, a.podToken = podGated, time.Time{}, 0
 			s.note(func() string { return fmt.Sprintf("%s: Pod gone (recreated gated)", a.holder) })
+			// The Pod watch brings the BerthLease.
+			s.bring(idx)
 		case evArrival:
 			c := s.inflight[idx]
 			s.inflight = append(s.inflight[:idx], s.inflight[idx+1:]...)
@@ -483,8 +485,11 @@ func (s *fleetSim) checkPods(until time.Time) {
 			s.fail("%s's Pod (%v, token %d) runs until %v, but the record is %q token %d until %v: another cluster may be granted the lease meanwhile",
 				a.holder, a.pod, a.podToken, end.Sub(t0), s.cur.Holder, s.cur.FencingToken, s.cur.ExpiresAt.Sub(t0))
 		}
-		if valid := a.validUntil[a.podToken]; end.After(valid.Add(StopBudget(s.ttl))) {
-			s.fail("%s's Pod (%v, token %d) runs until %v, past the token's last local deadline %v plus the stop budget",
+		// The stop budget, and the drift margin: at the shortest TTL a Pod's
+		// grace period is the whole stop budget, so a stop that starts a
+		// little after the deadline (the renewer's wake-up) ends in it.
+		if valid := a.validUntil[a.podToken]; end.After(valid.Add(s.ttl - LocalValidity(s.ttl))) {
+			s.fail("%s's Pod (%v, token %d) runs until %v, past the token's last local deadline %v plus the stop budget and drift margin",
 				a.holder, a.pod, a.podToken, end.Sub(t0), valid.Sub(t0))
 		}
 	}
@@ -896,11 +901,18 @@ func (s *fleetSim) looked(i int, next time.Time) {
 	}
 	if a.br.takeWoken() {
 		s.note(func() string { return fmt.Sprintf("%s: woken by the renewer", a.holder) })
-		if a.pending == nil {
-			a.wake = s.now
-		} else {
-			a.woken = true
-		}
+		s.bring(i)
+	}
+}
+
+// bring queues a reconcile of the agent's BerthLease now, or, while its
+// reconcile waits on a call, right after it.
+func (s *fleetSim) bring(i int) {
+	a := s.agents[i]
+	if a.pending == nil {
+		a.wake = s.now
+	} else {
+		a.woken = true
 	}
 }
 
