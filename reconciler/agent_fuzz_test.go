@@ -316,7 +316,7 @@ func (s *fleetSim) close() {
 }
 
 // simTraceLines is how much of the trace a failure shows.
-var simTraceLines = 4000
+var simTraceLines = 80
 
 // maxEvents bounds one run.
 const maxEvents = 3000
