@@ -37,7 +37,26 @@ import (
 // asked for (a reconcile may come earlier, as events bring it). Past that,
 // nothing is promised (an agent down longer than its validity). An agent's
 // requests in flight still land after it restarts; a release is recorded in
-// status before it is sent, and not sent when that write fails.
+// status before it is sent, and not sent when that write fails. A Pod that
+// is gone (recreated gated) brings a reconcile, as the Pod watch does.
+//
+// The timing byte may run an agent's renewer (batched renewals): each agent
+// is then a real BerthLeaseReconciler process on a fake clock, whose memory
+// of the one BerthLease its reconciles (simulated as above, with
+// Facts.BatchRenewed as observe sets it) and its renewer share. The renewer
+// is the real one, renewDue, renewBatch and applyRenewal, run in a goroutine
+// of its own that the sim steps: it looks when its loop would (the next look
+// renewDue returns, or at once when handOver kicks it), and its batch is a
+// request like any other, with the same faults, cut at the term's deadline;
+// while it is in flight the reconciles go on (release, renew while stopping,
+// acquire after a loss), and its answer, when it comes, is applied only to
+// the term it renewed. The renewer wakes the BerthLease on news and at the
+// deadline; a BerthLease running under it is reconciled on those wake-ups,
+// on events and on the wake-ups its decisions ask for (none while it runs).
+// Its reconcile hands the term over at its end (batchSpecFor, handOver),
+// unless it fails first (a status write). A restart ends the process and its
+// renewer with it; a batch in flight still lands. A lease API that offers no
+// batches (a store fault's draw) stops the renewer.
 //
 // Checked at every decision: the invariants of TestDecide. Over the whole
 // sequence:
@@ -49,6 +68,14 @@ import (
 //   - a release is sent only when its Pod is gone;
 //   - every token renewed, recovered or released was granted to that agent;
 //   - the tokens written on ungated Pods never go back;
+//   - no Pod runs past the last local deadline its agent's memory gave its
+//     token, plus the stop budget and the drift margin;
+//   - the renewer renews only the term the memory holds, while it is handed
+//     over, granted to the agent, handed over by a reconcile (or left to it
+//     by one that failed), due or within half a heartbeat of it, and before
+//     its deadline; a reconcile hands over its own BerthLease's spec;
+//   - a renewal the renewer applies while no call of the reconcile is in
+//     flight is backed by the record to its deadline and the stop budget;
 //   - healed (faults off, cordons lifted), one agent runs its Pod within a
 //     few TTLs.
 func FuzzAgent(f *testing.F) {
@@ -61,6 +88,15 @@ func FuzzAgent(f *testing.F) {
 	f.Add([]byte{1, 0, 20, 3, 0, 0x07, 0xff, 0, 200, 0, 9}) // a renew delayed past the deadline
 	f.Add([]byte{2, 0, 20, 8, 0, 50, 18, 0, 100})           // a cordon
 	f.Add([]byte{0, 0, 20, 13, 0x3f, 0, 200, 6, 0, 90})     // Pods unknown, a lease API restart
+	// Timing bytes with 8 (cluster-a) or 16 (cluster-b) run the renewer.
+	f.Add([]byte{24, 0, 40, 0, 40, 0, 40})                                        // batching on, quiet
+	f.Add([]byte{0x18, 0x0, 0x75, 0xa9, 0x11, 0x0, 0xc2, 0x47, 0x0, 0xed})        // a batch's answer lost after the server renewed
+	f.Add([]byte{0x1e, 0xc8, 0xc2, 0xdc, 0x0, 0x5b, 0x0, 0xe6, 0xe7, 0x97, 0x7b}) // a batch cut at the deadline lands after the release and the next term
+	f.Add([]byte{0x1f, 0x49, 0x0, 0x0, 0x42, 0x0, 0x0, 0x1f, 0x0, 0x44})          // a revocation answered in a batch
+	f.Add([]byte{0x1e, 0xe3, 0x0, 0x0, 0x35, 0x74, 0x84, 0xd7, 0xf, 0x7d, 0x0, 0x1a, 0x2f, 0x0, 0xe4, 0xca,
+		0xd0, 0xdd, 0x24, 0x0, 0x0, 0x48, 0xff, 0x7}) // a restart with a batch in flight
+	f.Add([]byte{0x1f, 0x0, 0x0, 0x27, 0xe9, 0x0, 0xca, 0x28, 0x21, 0xf, 0xf4, 0x31, 0xe6, 0x74, 0xb6, 0x0,
+		0x0, 0x65, 0xe0, 0x0, 0x0, 0xd0, 0x0, 0x1, 0x56, 0x0, 0x1e, 0x0, 0xd2, 0x0}) // a release sent while a batch is in flight
 	f.Fuzz(func(t *testing.T, program []byte) {
 		if len(program) == 0 {
 			return
@@ -180,6 +216,8 @@ type simAgent struct {
 	killDelay                time.Duration
 	// granted are the tokens the server granted this agent.
 	granted map[int32]bool
+	// releaseSent are the tokens the agent sent a release of.
+	releaseSent map[int32]bool
 }
 
 type fleetSim struct {
@@ -208,7 +246,7 @@ func newFleetSim(t *testing.T, program []byte) *fleetSim {
 	}
 	s := &fleetSim{t: t, program: program, src: src, ttl: ttl, hb: hb, now: t0, cur: store.Lease{Namespace: "ns", Name: "lease"}}
 	for i, h := range []string{"cluster-a", "cluster-b"} {
-		a := &simAgent{holder: h, wake: t0, granted: map[int32]bool{}, validUntil: map[int32]time.Time{}}
+		a := &simAgent{holder: h, wake: t0, granted: map[int32]bool{}, releaseSent: map[int32]bool{}, validUntil: map[int32]time.Time{}}
 		a.batches = first&(8<<i) != 0
 		s.agents = append(s.agents, a)
 		s.startProcess(a)
@@ -303,6 +341,9 @@ func (s *fleetSim) stopProcess(a *simAgent) {
 	a.renewer = nil
 	rn.cancel()
 	if rn.batch != nil {
+		s.note(func() string {
+			return fmt.Sprintf("%s: process ends with a batch renewing token %d in flight", a.holder, rn.batch.req.token)
+		})
 		close(a.br.quit)
 		<-rn.done
 	}
@@ -599,6 +640,10 @@ func (s *fleetSim) send(i int, c Call) {
 	}
 	if c == CallRelease {
 		a.releasing = token
+		a.releaseSent[token] = true
+		if a.renewer != nil && a.renewer.batch != nil {
+			s.note(func() string { return fmt.Sprintf("%s: release sent while a batch is in flight", a.holder) })
+		}
 	}
 	req := request{call: c, holder: a.holder, token: token, ttl: s.ttl, heartbeat: s.hb, sent: s.now}
 	call := s.flight(i, req, mem.callDeadline())
@@ -662,6 +707,11 @@ func (s *fleetSim) land(c *simCall) {
 		}
 	}
 	c.srvErr = err
+	if c.batch && s.agents[c.agent].releaseSent[r.token] {
+		s.note(func() string {
+			return fmt.Sprintf("%s's batch lands after a release of token %d was sent", r.holder, r.token)
+		})
+	}
 	c.res = client.AcquireResult{
 		Acquired: d.Held(), Holder: d.Next.Holder, FencingToken: d.Next.FencingToken,
 		AcquiredAt: d.Next.AcquiredAt, RenewedAt: d.Next.RenewedAt, ExpiresAt: d.Next.ExpiresAt, Revoked: d.Next.Revoked,
