@@ -984,11 +984,15 @@ func (s *fleetSim) noteValid(a *simAgent) {
 // after the new process renewed it, unless status recorded it: recordRelease).
 func (s *fleetSim) restartAgent(i int) {
 	a := s.agents[i]
-	s.stopProcess(a)
 	if a.pending != nil {
 		a.wake = a.pending.answerAt
 		a.pending = nil
 	}
+	if old := a.mem.read(); a.renewer != nil && old.term != nil && (a.wake.IsZero() || old.term.Deadline.Before(a.wake)) {
+		// The old process's renewer would have woken it at the deadline.
+		a.wake = latest(old.term.Deadline, s.now)
+	}
+	s.stopProcess(a)
 	if a.wake.IsZero() {
 		// Start wakes every BerthLease; the controller lists them anyway.
 		a.wake = s.now
