@@ -49,7 +49,7 @@ type KubeconfigDir struct {
 	// ConfigureREST, when set, adjusts each cluster's client configuration
 	// (its rate limits) before the cluster is made.
 	ConfigureREST func(*rest.Config)
-	Log            logr.Logger
+	Log           logr.Logger
 	// BeforeLeave, when set, is called when a cluster's file is gone and
 	// before the cluster is disengaged, while its client, cache and
 	// controllers still run: fleet mode hands the cluster's leases over in

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi/client"
@@ -33,7 +37,26 @@ import (
 // asked for (a reconcile may come earlier, as events bring it). Past that,
 // nothing is promised (an agent down longer than its validity). An agent's
 // requests in flight still land after it restarts; a release is recorded in
-// status before it is sent, and not sent when that write fails.
+// status before it is sent, and not sent when that write fails. A Pod that
+// is gone (recreated gated) brings a reconcile, as the Pod watch does.
+//
+// The timing byte may run an agent's renewer (batched renewals): each agent
+// is then a real BerthLeaseReconciler process on a fake clock, whose memory
+// of the one BerthLease its reconciles (simulated as above, with
+// Facts.BatchRenewed as observe sets it) and its renewer share. The renewer
+// is the real one, renewDue, renewBatch and applyRenewal, run in a goroutine
+// of its own that the sim steps: it looks when its loop would (the next look
+// renewDue returns, or at once when handOver kicks it), and its batch is a
+// request like any other, with the same faults, cut at the term's deadline;
+// while it is in flight the reconciles go on (release, renew while stopping,
+// acquire after a loss), and its answer, when it comes, is applied only to
+// the term it renewed. The renewer wakes the BerthLease on news and at the
+// deadline; a BerthLease running under it is reconciled on those wake-ups,
+// on events and on the wake-ups its decisions ask for (none while it runs).
+// Its reconcile hands the term over at its end (batchSpecFor, handOver),
+// unless it fails first (a status write). A restart ends the process and its
+// renewer with it; a batch in flight still lands. A lease API that offers no
+// batches (a store fault's draw) stops the renewer.
 //
 // Checked at every decision: the invariants of TestDecide. Over the whole
 // sequence:
@@ -45,6 +68,14 @@ import (
 //   - a release is sent only when its Pod is gone;
 //   - every token renewed, recovered or released was granted to that agent;
 //   - the tokens written on ungated Pods never go back;
+//   - no Pod runs past the last local deadline its agent's memory gave its
+//     token, plus the stop budget and the drift margin;
+//   - the renewer renews only the term the memory holds, while it is handed
+//     over, granted to the agent, handed over by a reconcile (or left to it
+//     by one that failed), due or within half a heartbeat of it, and before
+//     its deadline; a reconcile hands over its own BerthLease's spec;
+//   - a renewal the renewer applies while no call of the reconcile is in
+//     flight is backed by the record to its deadline and the stop budget;
 //   - healed (faults off, cordons lifted), one agent runs its Pod within a
 //     few TTLs.
 func FuzzAgent(f *testing.F) {
@@ -57,11 +88,22 @@ func FuzzAgent(f *testing.F) {
 	f.Add([]byte{1, 0, 20, 3, 0, 0x07, 0xff, 0, 200, 0, 9}) // a renew delayed past the deadline
 	f.Add([]byte{2, 0, 20, 8, 0, 50, 18, 0, 100})           // a cordon
 	f.Add([]byte{0, 0, 20, 13, 0x3f, 0, 200, 6, 0, 90})     // Pods unknown, a lease API restart
+	// Timing bytes with 8 (cluster-a) or 16 (cluster-b) run the renewer.
+	f.Add([]byte{24, 0, 40, 0, 40, 0, 40})                                        // batching on, quiet
+	f.Add([]byte{0x18, 0x0, 0x75, 0xa9, 0x11, 0x0, 0xc2, 0x47, 0x0, 0xed})        // a batch's answer lost after the server renewed
+	f.Add([]byte{0x1e, 0xc8, 0xc2, 0xdc, 0x0, 0x5b, 0x0, 0xe6, 0xe7, 0x97, 0x7b}) // a batch cut at the deadline lands after the release and the next term
+	f.Add([]byte{0x1f, 0x49, 0x0, 0x0, 0x42, 0x0, 0x0, 0x1f, 0x0, 0x44})          // a revocation answered in a batch
+	f.Add([]byte{0x1e, 0xe3, 0x0, 0x0, 0x35, 0x74, 0x84, 0xd7, 0xf, 0x7d, 0x0, 0x1a, 0x2f, 0x0, 0xe4, 0xca,
+		0xd0, 0xdd, 0x24, 0x0, 0x0, 0x48, 0xff, 0x7}) // a restart with a batch in flight
+	f.Add([]byte{0x1f, 0x0, 0x0, 0x27, 0xe9, 0x0, 0xca, 0x28, 0x21, 0xf, 0xf4, 0x31, 0xe6, 0x74, 0xb6, 0x0,
+		0x0, 0x65, 0xe0, 0x0, 0x0, 0xd0, 0x0, 0x1, 0x56, 0x0, 0x1e, 0x0, 0xd2, 0x0}) // a release sent while a batch is in flight
 	f.Fuzz(func(t *testing.T, program []byte) {
 		if len(program) == 0 {
 			return
 		}
-		newFleetSim(t, program).run()
+		s := newFleetSim(t, program)
+		defer s.close()
+		s.run()
 	})
 }
 
@@ -122,11 +164,26 @@ type simCall struct {
 	// res and srvErr are the server's answer once it landed.
 	res    client.AcquireResult
 	srvErr error
+	// batch: the renewer's batch, not a reconcile's call; unsupported: the
+	// lease API answers that it offers no batches (a store fault's draw).
+	batch, unsupported bool
 }
 
 type simAgent struct {
 	holder string
-	mem    tenure
+	// batches: the agent's renewer runs (the program's choice), so running
+	// terms are renewed in batches.
+	batches bool
+	// proc is the agent's process: its reconciler, whose memory of the one
+	// BerthLease (mem) the renewer and the reconciles share, on clock; br is
+	// its lease client as the renewer sees it; renewer is the renewer's
+	// state while it runs (nil: it does not).
+	proc    *BerthLeaseReconciler
+	clock   *clocktesting.FakeClock
+	br      *simBatcher
+	bl      *berthv1alpha1.BerthLease
+	mem     *memory
+	renewer *simRenewer
 	// status is what the last status write was computed from.
 	status   statusInput
 	cordoned bool
@@ -134,9 +191,23 @@ type simAgent struct {
 	killAt   time.Time
 	// podToken is the token written on the running Pod.
 	podToken int32
-	// wake: the agent reconciles by then (when no call is in flight).
+	// wake: the agent reconciles by then (when no call is in flight); zero
+	// for never (a running term under the renewer, which wakes it).
 	wake    time.Time
 	pending *simCall
+	// woken: the renewer woke the BerthLease while its reconcile waited on a
+	// call; it is reconciled again when that reconcile ends.
+	woken bool
+	// handed are the tokens of the terms the reconciles of this process
+	// handed to the renewer; specLeft: since the last hand-over, a reconcile
+	// ended before it could hand over or take back (its status write failed),
+	// so the renewer still renews whatever term the memory holds.
+	handed   map[int32]bool
+	specLeft bool
+	// validUntil is, for each token, the latest local deadline the agent's
+	// memory gave it (a term's, or a recovery's): its Pods stop within the
+	// stop budget after it.
+	validUntil map[int32]time.Time
 	// releasing is the release recorded in status before it was sent
 	// (recordRelease), until the next status write replaces it.
 	releasing int32
@@ -145,6 +216,8 @@ type simAgent struct {
 	killDelay                time.Duration
 	// granted are the tokens the server granted this agent.
 	granted map[int32]bool
+	// releaseSent are the tokens the agent sent a release of.
+	releaseSent map[int32]bool
 }
 
 type fleetSim struct {
@@ -172,11 +245,119 @@ func newFleetSim(t *testing.T, program []byte) *fleetSim {
 		hb = max(time.Second, ttl/10)
 	}
 	s := &fleetSim{t: t, program: program, src: src, ttl: ttl, hb: hb, now: t0, cur: store.Lease{Namespace: "ns", Name: "lease"}}
-	for _, h := range []string{"cluster-a", "cluster-b"} {
-		s.agents = append(s.agents, &simAgent{holder: h, wake: t0, granted: map[int32]bool{}})
+	for i, h := range []string{"cluster-a", "cluster-b"} {
+		a := &simAgent{holder: h, wake: t0, granted: map[int32]bool{}, releaseSent: map[int32]bool{}, validUntil: map[int32]time.Time{}}
+		a.batches = first&(8<<i) != 0
+		s.agents = append(s.agents, a)
+		s.startProcess(a)
 	}
 	return s
 }
+
+// simBatcher is an agent's lease client as its renewer sees it: RenewBatch
+// hands the batch to the sim and waits for the sim's answer (the request
+// itself is the sim's to land at the lease API, or lose).
+type simBatcher struct {
+	LeaseClient
+	sent   chan []client.Renewal
+	answer chan simBatchAnswer
+	// quit ends a batch in flight when the process ends.
+	quit chan struct{}
+	// woken: the reconciler asked for its BerthLease to be reconciled.
+	mu    sync.Mutex
+	woken bool
+}
+
+type simBatchAnswer struct {
+	res []client.AcquireResult
+	err error
+}
+
+// RenewBatch ignores ctx: the sim cuts the call at the deadline itself, on
+// its own clock.
+func (b *simBatcher) RenewBatch(_ context.Context, _ string, renewals []client.Renewal) ([]client.AcquireResult, error) {
+	b.sent <- renewals
+	select {
+	case ans := <-b.answer:
+		return ans.res, ans.err
+	case <-b.quit:
+		return nil, errSimLost
+	}
+}
+
+func (b *simBatcher) wake(context.Context, types.NamespacedName) {
+	b.mu.Lock()
+	b.woken = true
+	b.mu.Unlock()
+}
+
+func (b *simBatcher) takeWoken() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.woken
+	b.woken = false
+	return w
+}
+
+// simRenewer is an agent's renewer, the loop of renew: at next it looks
+// (renewDue, in a goroutine of its own); a batch it sends is in flight
+// until its answer, and the goroutine waits in RenewBatch meanwhile.
+type simRenewer struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	next   time.Time
+	batch  *simCall
+	// done receives renewDue's next look when it returns.
+	done chan time.Time
+}
+
+// startProcess starts an agent's process: a reconciler that remembers
+// nothing, with its renewer running when the agent batches its renewals.
+func (s *fleetSim) startProcess(a *simAgent) {
+	a.clock = clocktesting.NewFakeClock(s.now)
+	a.br = &simBatcher{sent: make(chan []client.Renewal), answer: make(chan simBatchAnswer), quit: make(chan struct{})}
+	a.proc = &BerthLeaseReconciler{LeaseClient: a.br, Clock: a.clock, ClusterIdentity: a.holder, Wake: a.br.wake}
+	a.proc.defaults()
+	a.bl = &berthv1alpha1.BerthLease{Spec: berthv1alpha1.BerthLeaseSpec{
+		LeaseName: s.cur.Name, TTLSeconds: int32(s.ttl / time.Second), HeartbeatIntervalSeconds: int32(s.hb / time.Second),
+	}}
+	a.bl.Namespace, a.bl.Name, a.bl.UID = s.cur.Namespace, "bl-"+a.holder, types.UID("uid-"+a.holder)
+	a.mem = a.proc.memoryOf(a.bl)
+	a.handed, a.specLeft, a.woken, a.renewer = map[int32]bool{}, false, false, nil
+	if a.batches {
+		a.proc.renewals.running.Store(true)
+		ctx, cancel := context.WithCancel(context.Background())
+		a.renewer = &simRenewer{ctx: ctx, cancel: cancel, next: s.now, done: make(chan time.Time, 1)}
+	}
+}
+
+// stopProcess ends an agent's process: its renewer returns, a batch in
+// flight with it unanswered (its request may still land).
+func (s *fleetSim) stopProcess(a *simAgent) {
+	rn := a.renewer
+	if rn == nil {
+		return
+	}
+	a.renewer = nil
+	rn.cancel()
+	if rn.batch != nil {
+		s.note(func() string {
+			return fmt.Sprintf("%s: process ends with a batch renewing token %d in flight", a.holder, rn.batch.req.token)
+		})
+		close(a.br.quit)
+		<-rn.done
+	}
+}
+
+// close ends every agent's process.
+func (s *fleetSim) close() {
+	for _, a := range s.agents {
+		s.stopProcess(a)
+	}
+}
+
+// simTraceLines is how much of the trace a failure shows.
+var simTraceLines = 80
 
 // maxEvents bounds one run.
 const maxEvents = 3000
@@ -236,13 +417,14 @@ func (s *fleetSim) fail(format string, args ...any) {
 	s.t.Helper()
 	if !s.tracing {
 		again := newFleetSim(s.t, s.program)
+		defer again.close()
 		again.tracing = true
 		again.run()
 		s.t.Fatalf("at +%v (ttl %v, heartbeat %v): %s (not again with tracing on)", s.now.Sub(t0), s.ttl, s.hb, fmt.Sprintf(format, args...))
 	}
 	tail := s.trace
-	if len(tail) > 80 {
-		tail = tail[len(tail)-80:]
+	if len(tail) > simTraceLines {
+		tail = tail[len(tail)-simTraceLines:]
 	}
 	s.t.Fatalf("at +%v (ttl %v, heartbeat %v): %s\ntrace:\n%s", s.now.Sub(t0), s.ttl, s.hb, fmt.Sprintf(format, args...), strings.Join(tail, "\n"))
 }
@@ -252,6 +434,8 @@ const (
 	evKill = iota
 	evArrival
 	evAnswer
+	evBatchAnswer
+	evLook
 	evWake
 	evNone
 )
@@ -267,9 +451,14 @@ func (s *fleetSim) nextEvent() (time.Time, int, int) {
 		if a.pod == podStopping {
 			consider(a.killAt, evKill, i)
 		}
+		if rn := a.renewer; rn != nil && rn.batch != nil {
+			consider(rn.batch.answerAt, evBatchAnswer, i)
+		} else if rn != nil {
+			consider(rn.next, evLook, i)
+		}
 		if a.pending != nil {
 			consider(a.pending.answerAt, evAnswer, i)
-		} else {
+		} else if !a.wake.IsZero() {
 			consider(a.wake, evWake, i)
 		}
 	}
@@ -299,12 +488,18 @@ func (s *fleetSim) advance(target time.Time) {
 			a := s.agents[idx]
 			a.pod, a.killAt, a.podToken = podGated, time.Time{}, 0
 			s.note(func() string { return fmt.Sprintf("%s: Pod gone (recreated gated)", a.holder) })
+			// The Pod watch brings the BerthLease.
+			s.bring(idx)
 		case evArrival:
 			c := s.inflight[idx]
 			s.inflight = append(s.inflight[:idx], s.inflight[idx+1:]...)
 			s.land(c)
 		case evAnswer:
 			s.answer(idx)
+		case evBatchAnswer:
+			s.batchAnswer(idx)
+		case evLook:
+			s.look(idx)
 		case evWake:
 			s.reconcile(idx)
 		}
@@ -331,13 +526,20 @@ func (s *fleetSim) checkPods(until time.Time) {
 			s.fail("%s's Pod (%v, token %d) runs until %v, but the record is %q token %d until %v: another cluster may be granted the lease meanwhile",
 				a.holder, a.pod, a.podToken, end.Sub(t0), s.cur.Holder, s.cur.FencingToken, s.cur.ExpiresAt.Sub(t0))
 		}
+		// The stop budget, and the drift margin: at the shortest TTL a Pod's
+		// grace period is the whole stop budget, so a stop that starts a
+		// little after the deadline (the renewer's wake-up) ends in it.
+		if valid := a.validUntil[a.podToken]; end.After(valid.Add(s.ttl - LocalValidity(s.ttl))) {
+			s.fail("%s's Pod (%v, token %d) runs until %v, past the token's last local deadline %v plus the stop budget and drift margin",
+				a.holder, a.pod, a.podToken, end.Sub(t0), valid.Sub(t0))
+		}
 	}
 }
 
 // observe is observe's part of the memory: recovery, self-fencing, facts.
 func (s *fleetSim) observe(i int) Facts {
 	a := s.agents[i]
-	if !a.mem.started {
+	if !a.mem.read().started {
 		// The term's last renewal, as the lease API's record has it
 		// (lastRenewal), when the record still shows the term status names.
 		st := a.statusNow()
@@ -345,14 +547,19 @@ func (s *fleetSim) observe(i int) Facts {
 		if st.LeaseState == StateHeld && st.CurrentHolder == a.holder && s.cur.Holder == a.holder && s.cur.FencingToken == st.FencingToken {
 			renewedAt = s.cur.RenewedAt
 		}
-		a.mem = a.mem.recoverFromStatus(st, a.holder, s.ttl, renewedAt, s.now)
+		a.mem.update(func(t tenure) tenure { return t.recoverFromStatus(st, a.holder, s.ttl, renewedAt, s.now) })
+		s.noteValid(a)
 	}
 	var fenced bool
-	if a.mem, fenced = a.mem.checkDeadline(s.now); fenced {
-		s.note(func() string { return fmt.Sprintf("%s: self-fenced (token %d)", a.holder, a.mem.term.Token) })
+	t := a.mem.update(func(t tenure) tenure {
+		t, fenced = t.checkDeadline(s.now)
+		return t
+	})
+	if fenced {
+		s.note(func() string { return fmt.Sprintf("%s: self-fenced (token %d)", a.holder, t.term.Token) })
 	}
 	// A failed list knows no Pods at all (listPods).
-	f := Facts{Now: s.now, Cordoned: a.cordoned, PodsUnknown: a.podsUnknown}
+	f := Facts{Now: s.now, Cordoned: a.cordoned, PodsUnknown: a.podsUnknown, BatchRenewed: a.proc.batching()}
 	switch {
 	case a.podsUnknown:
 	case a.pod == podGated:
@@ -360,7 +567,7 @@ func (s *fleetSim) observe(i int) Facts {
 	default:
 		f.RunningPods = 1
 	}
-	return a.mem.intoFacts(f)
+	return t.intoFacts(f)
 }
 
 // decide is Decide, checked against the invariants.
@@ -395,7 +602,10 @@ func (s *fleetSim) reconcile(i int) {
 	s.stop(i, d)
 	switch {
 	case d.DropTerm:
-		a.mem, _ = a.mem.dropTerm()
+		a.mem.update(func(t tenure) tenure {
+			t, _ = t.dropTerm()
+			return t
+		})
 		s.finish(i, s.observe(i))
 	case d.Call == CallRelease && a.statusFails:
 		// recordRelease failed: the release is not sent.
@@ -420,7 +630,8 @@ func (s *fleetSim) stop(i int, d Decision) {
 // send is call up to the request.
 func (s *fleetSim) send(i int, c Call) {
 	a := s.agents[i]
-	token := a.mem.tokenFor(c)
+	mem := a.mem.read()
+	token := mem.tokenFor(c)
 	if c != CallAcquire && !a.granted[token] {
 		s.fail("%s presents token %d to %s, never granted to it", a.holder, token, callName(c))
 	}
@@ -429,16 +640,33 @@ func (s *fleetSim) send(i int, c Call) {
 	}
 	if c == CallRelease {
 		a.releasing = token
+		a.releaseSent[token] = true
+		if a.renewer != nil && a.renewer.batch != nil {
+			s.note(func() string { return fmt.Sprintf("%s: release sent while a batch is in flight", a.holder) })
+		}
 	}
 	req := request{call: c, holder: a.holder, token: token, ttl: s.ttl, heartbeat: s.hb, sent: s.now}
+	call := s.flight(i, req, mem.callDeadline())
+	a.pending = call
+	s.note(func() string {
+		return fmt.Sprintf("%s: sends %s token %d (fault %d, arrives %v at +%v, answer at +%v, cut %v)",
+			a.holder, callName(c), token, call.fault, call.arrives, call.arrival.Sub(t0), call.answerAt.Sub(t0), call.cut)
+	})
+}
+
+// flight is a request on its way, with the faults the program draws for
+// it; the call is cut after DefaultCallTimeout, or at deadline if sooner.
+func (s *fleetSim) flight(i int, req request, deadline time.Time) *simCall {
 	cut := s.now.Add(DefaultCallTimeout)
-	if dl := a.mem.callDeadline(); s.now.Before(dl) && dl.Before(cut) {
-		cut = dl
+	if s.now.Before(deadline) && deadline.Before(cut) {
+		cut = deadline
 	}
 	b1, b2 := s.src.next(), s.src.next()
 	step := s.ttl / 64
 	d1, d2 := time.Duration(b1/8%8)*step, time.Duration(b2%8)*step
 	call := &simCall{agent: i, req: req, fault: int(b1 % 8), arrives: true, arrival: s.now.Add(d1)}
+	// A batch of a lease API of an earlier release: 404, nothing applied.
+	call.unsupported = call.fault == faultStore && b2 >= 0xf0
 	call.answerAt = call.arrival.Add(d2)
 	switch call.fault {
 	case faultLostBefore:
@@ -454,14 +682,10 @@ func (s *fleetSim) send(i int, c Call) {
 	if !call.answerAt.Before(cut) {
 		call.answerAt, call.cut = cut, true
 	}
-	a.pending = call
 	if call.arrives {
 		s.inflight = append(s.inflight, call)
 	}
-	s.note(func() string {
-		return fmt.Sprintf("%s: sends %s token %d (fault %d, arrives %v at +%v, answer at +%v, cut %v)",
-			a.holder, callName(c), token, call.fault, call.arrives, call.arrival.Sub(t0), call.answerAt.Sub(t0), call.cut)
-	})
+	return call
 }
 
 // land applies a request at the server when it arrives.
@@ -483,6 +707,11 @@ func (s *fleetSim) land(c *simCall) {
 		}
 	}
 	c.srvErr = err
+	if c.batch && s.agents[c.agent].releaseSent[r.token] {
+		s.note(func() string {
+			return fmt.Sprintf("%s's batch lands after a release of token %d was sent", r.holder, r.token)
+		})
+	}
 	c.res = client.AcquireResult{
 		Acquired: d.Held(), Holder: d.Next.Holder, FencingToken: d.Next.FencingToken,
 		AcquiredAt: d.Next.AcquiredAt, RenewedAt: d.Next.RenewedAt, ExpiresAt: d.Next.ExpiresAt, Revoked: d.Next.Revoked,
@@ -526,7 +755,11 @@ func (s *fleetSim) answer(i int) {
 		res, err = c.res, c.srvErr
 	}
 	var o outcome
-	a.mem, o = a.mem.afterAnswer(c.req, res, err, s.now)
+	a.mem.update(func(t tenure) tenure {
+		t, o = t.afterAnswer(c.req, res, err, s.now)
+		return t
+	})
+	s.noteValid(a)
 	s.note(func() string {
 		return fmt.Sprintf("%s: %s answered %+v err %v -> change %d", a.holder, callName(c.req.call), res, err, o.change)
 	})
@@ -541,30 +774,208 @@ func (s *fleetSim) finish(i int, f Facts) {
 	s.finishWith(i, f, d)
 }
 
+// finishWith is the end of Reconcile: the wake-up (result), the status
+// write, ungating, and the hand-over of a running term to the renewer.
 func (s *fleetSim) finishWith(i int, f Facts, d Decision) {
 	a := s.agents[i]
 	wake := d.Wake
-	if wake.IsZero() {
+	switch {
+	case !wake.IsZero():
+	case a.statusFails:
+		// The reconcile fails: retried with failureBackoff.
+		wake = s.now.Add(stopPollInterval)
+	case f.MayRun() && f.BatchRenewed && !f.PodsUnknown:
+		// The renewer wakes the BerthLease on news and at the deadline;
+		// nothing else is scheduled (result).
+	default:
 		wake = s.now.Add(s.hb)
 	}
-	a.wake = latest(wake, s.now.Add(10*time.Millisecond))
+	if !wake.IsZero() {
+		wake = latest(wake, s.now.Add(10*time.Millisecond))
+	}
+	if a.woken {
+		wake, a.woken = s.now, false
+	}
+	a.wake = wake
 	if a.statusFails {
+		// Reconcile returns before it hands the term over or takes it back.
+		a.mem.mu.Lock()
+		a.specLeft = a.specLeft || a.mem.batch != nil
+		a.mem.mu.Unlock()
 		s.note(func() string { return fmt.Sprintf("%s: status write failed", a.holder) })
 		return
 	}
 	// The status is computed when a restarted agent reads it: what recovery
 	// reads of it does not depend on the status before.
-	a.status = statusInput{generation: 1, holder: a.holder, facts: f, decision: d, tenure: a.mem}
+	a.status = statusInput{generation: 1, holder: a.holder, facts: f, decision: d, tenure: a.mem.read()}
 	a.releasing = 0
-	if d.Pods != PodsUngate || a.pod != podGated || !s.now.Before(f.Term.Deadline) {
+	if d.Pods == PodsUngate && a.pod == podGated && s.now.Before(f.Term.Deadline) {
+		if f.Term.Token < s.lastRunToken {
+			s.fail("%s ungates with token %d after token %d ran", a.holder, f.Term.Token, s.lastRunToken)
+		}
+		s.lastRunToken = f.Term.Token
+		a.pod, a.podToken = podRunning, f.Term.Token
+		s.note(func() string { return fmt.Sprintf("%s: Pod ungated with token %d", a.holder, a.podToken) })
+	}
+	spec := a.proc.batchSpecFor(a.bl, &observation{facts: f, holder: a.holder, ttl: s.ttl, heartbeat: s.hb}, a.mem, d)
+	if spec != nil && (spec.holder != a.holder || spec.ttl != s.ttl || spec.heartbeat != s.hb || spec.namespace != s.cur.Namespace || spec.lease != s.cur.Name) {
+		s.fail("%s hands over its term with the spec %+v, not its BerthLease's", a.holder, *spec)
+	}
+	a.proc.handOver(a.mem, spec)
+	a.specLeft = false
+	if spec != nil {
+		a.handed[f.Term.Token] = true
+		s.note(func() string { return fmt.Sprintf("%s: term token %d handed to the renewer", a.holder, f.Term.Token) })
+	}
+	s.kicked(i)
+}
+
+// kicked makes an idle renewer look at once when a term was handed to it
+// (handOver's kick); a renewer waiting on a batch finds the kick after it.
+func (s *fleetSim) kicked(i int) {
+	a := s.agents[i]
+	if a.renewer == nil || a.renewer.batch != nil {
 		return
 	}
-	if f.Term.Token < s.lastRunToken {
-		s.fail("%s ungates with token %d after token %d ran", a.holder, f.Term.Token, s.lastRunToken)
+	select {
+	case <-a.proc.renewals.kick:
+		a.renewer.next = s.now
+	default:
 	}
-	s.lastRunToken = f.Term.Token
-	a.pod, a.podToken = podRunning, f.Term.Token
-	s.note(func() string { return fmt.Sprintf("%s: Pod ungated with token %d", a.holder, a.podToken) })
+}
+
+// look is one round of the renewer's loop (renewDue): it wakes the
+// BerthLease whose deadline passed, and sends a batch when the term is due.
+func (s *fleetSim) look(i int) {
+	a := s.agents[i]
+	rn := a.renewer
+	a.clock.SetTime(s.now)
+	go func() { rn.done <- a.proc.renewDue(rn.ctx, a.br, a.proc.Log) }()
+	select {
+	case renewals := <-a.br.sent:
+		s.sendBatch(i, renewals)
+	case next := <-rn.done:
+		s.looked(i, next)
+	}
+}
+
+// sendBatch is renewBatch up to the request: the renewer sends the term's
+// renewal, never past its local deadline.
+func (s *fleetSim) sendBatch(i int, renewals []client.Renewal) {
+	a := s.agents[i]
+	mem := a.mem.read()
+	if len(renewals) != 1 {
+		s.fail("%s's renewer sends %d renewals, for one BerthLease", a.holder, len(renewals))
+	}
+	rn := renewals[0]
+	a.mem.mu.Lock()
+	spec := a.mem.batch
+	a.mem.mu.Unlock()
+	switch {
+	case spec == nil:
+		s.fail("%s's renewer renews token %d, which is not handed to it", a.holder, rn.FencingToken)
+	case mem.term == nil || mem.term.Token != rn.FencingToken:
+		s.fail("%s's renewer renews token %d, not the term the memory holds (%+v)", a.holder, rn.FencingToken, mem.term)
+	case !a.granted[rn.FencingToken]:
+		s.fail("%s's renewer renews token %d, never granted to it", a.holder, rn.FencingToken)
+	case !a.handed[rn.FencingToken] && !a.specLeft:
+		s.fail("%s's renewer renews token %d, a term no reconcile handed to it", a.holder, rn.FencingToken)
+	case rn.Namespace != s.cur.Namespace || rn.Name != s.cur.Name || rn.TTL != s.ttl:
+		s.fail("%s's renewer renews %+v, not its BerthLease's lease", a.holder, rn)
+	case !s.now.Before(mem.term.Deadline) || s.now.Before(mem.term.RenewDue.Add(-s.hb/2)):
+		s.fail("%s's renewer renews token %d at +%v, due at +%v, deadline at +%v", a.holder, rn.FencingToken, s.now.Sub(t0), mem.term.RenewDue.Sub(t0), mem.term.Deadline.Sub(t0))
+	}
+	req := request{call: CallRenew, holder: a.holder, token: rn.FencingToken, ttl: rn.TTL, heartbeat: s.hb, sent: s.now}
+	call := s.flight(i, req, mem.term.Deadline)
+	call.batch = true
+	a.renewer.batch = call
+	s.note(func() string {
+		return fmt.Sprintf("%s: renewer sends a batch renewing token %d (fault %d, arrives %v at +%v, answer at +%v, cut %v, unsupported %v)",
+			a.holder, rn.FencingToken, call.fault, call.arrives, call.arrival.Sub(t0), call.answerAt.Sub(t0), call.cut, call.unsupported)
+	})
+}
+
+// batchAnswer is the rest of renewBatch: the answer applied to the term, if
+// it is still the memory's (applyRenewal), and the wake-up on news.
+func (s *fleetSim) batchAnswer(i int) {
+	a := s.agents[i]
+	rn := a.renewer
+	c := rn.batch
+	rn.batch = nil
+	var ans simBatchAnswer
+	switch {
+	case c.unsupported:
+		ans.err = fmt.Errorf("renew batch: %w", client.ErrNotSupported)
+	case c.cut:
+		ans.err = context.DeadlineExceeded
+	case c.err != nil:
+		ans.err = c.err
+	case c.srvErr != nil:
+		ans.err = c.srvErr
+	default:
+		ans.res = []client.AcquireResult{c.res}
+	}
+	before := a.mem.read()
+	a.clock.SetTime(s.now)
+	a.br.answer <- ans
+	next := <-rn.done
+	after := a.mem.read()
+	s.noteValid(a)
+	s.note(func() string {
+		return fmt.Sprintf("%s: batch renewing token %d answered %+v err %v; applied %v (term %+v)",
+			a.holder, c.req.token, ans.res, ans.err, after.term != before.term || after.apiErr != before.apiErr, after.term)
+	})
+	if t := after.term; t != nil && t != before.term && a.pending == nil && !after.revoked && after.releaseSent == 0 && s.now.Before(t.Deadline) {
+		// A renewal applied while no call of the reconcile is in flight: the
+		// record backs the term it gives, to its deadline and the stop budget.
+		if s.cur.Holder != a.holder || s.cur.FencingToken != t.Token || t.Deadline.Add(StopBudget(s.ttl)).After(s.cur.ExpiresAt) {
+			s.fail("%s's renewer applied token %d until +%v, but the record is %q token %d until +%v",
+				a.holder, t.Token, t.Deadline.Sub(t0), s.cur.Holder, s.cur.FencingToken, s.cur.ExpiresAt.Sub(t0))
+		}
+	}
+	s.looked(i, next)
+}
+
+// looked is the renewer's loop after renewDue: it stops once the lease API
+// offers no batches, and otherwise waits until next (at least a
+// millisecond) or a kick; then the BerthLeases it woke are reconciled.
+func (s *fleetSim) looked(i int, next time.Time) {
+	a := s.agents[i]
+	if a.proc.renewals.off.Load() {
+		a.proc.renewals.running.Store(false)
+		s.stopProcess(a)
+		s.note(func() string { return fmt.Sprintf("%s: renewer stopped: the lease API offers no batches", a.holder) })
+	} else {
+		a.renewer.next = latest(next, s.now.Add(time.Millisecond))
+		s.kicked(i)
+	}
+	if a.br.takeWoken() {
+		s.note(func() string { return fmt.Sprintf("%s: woken by the renewer", a.holder) })
+		s.bring(i)
+	}
+}
+
+// bring queues a reconcile of the agent's BerthLease now, or, while its
+// reconcile waits on a call, right after it.
+func (s *fleetSim) bring(i int) {
+	a := s.agents[i]
+	if a.pending == nil {
+		a.wake = s.now
+	} else {
+		a.woken = true
+	}
+}
+
+// noteValid records the local deadlines the agent's memory gives its
+// tokens.
+func (s *fleetSim) noteValid(a *simAgent) {
+	t := a.mem.read()
+	if t.term != nil {
+		a.validUntil[t.term.Token] = latest(a.validUntil[t.term.Token], t.term.Deadline)
+	}
+	if t.recoverToken > 0 {
+		a.validUntil[t.recoverToken] = latest(a.validUntil[t.recoverToken], t.recoverDeadline)
+	}
 }
 
 // restartAgent restarts an agent: it forgets everything but status. The
@@ -577,7 +988,16 @@ func (s *fleetSim) restartAgent(i int) {
 		a.wake = a.pending.answerAt
 		a.pending = nil
 	}
-	a.mem = tenure{}
+	if old := a.mem.read(); a.renewer != nil && old.term != nil && (a.wake.IsZero() || old.term.Deadline.Before(a.wake)) {
+		// The old process's renewer would have woken it at the deadline.
+		a.wake = latest(old.term.Deadline, s.now)
+	}
+	s.stopProcess(a)
+	if a.wake.IsZero() {
+		// Start wakes every BerthLease; the controller lists them anyway.
+		a.wake = s.now
+	}
+	s.startProcess(a)
 	s.note(func() string {
 		st := a.statusNow()
 		return fmt.Sprintf("%s: agent restarted (status %s token %d)", a.holder, st.LeaseState, st.FencingToken)

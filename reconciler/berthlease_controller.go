@@ -523,6 +523,10 @@ func (r *BerthLeaseReconciler) result(p *observation, mem *memory, d Decision) c
 	wake := d.Wake
 	switch {
 	case !wake.IsZero():
+	case p.facts.MayRun() && p.facts.BatchRenewed && p.facts.PodsUnknown:
+		// The Pods could not be listed: gated ones may wait unseen, and no
+		// event need come to bring them back.
+		wake = now.Add(p.heartbeat)
 	case p.facts.MayRun() && p.facts.BatchRenewed:
 	case !p.facts.mustYield() && p.facts.Term == nil:
 		wake = now.Add(r.waitInterval(p, mem.read()))

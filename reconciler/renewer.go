@@ -49,12 +49,15 @@ func (r *BerthLeaseReconciler) batching() bool {
 // its Pods, the renewer renews the term and wakes the BerthLease when it
 // ends, is revoked, fails to renew, or reaches its local deadline; at any
 // other time the reconcile renews the term itself.
+//
+// Every hand-over kicks the renewer, not only the first: it may have planned
+// its next look while the memory held no term, or one past its deadline,
+// and so not for the term the reconcile hands over now.
 func (r *BerthLeaseReconciler) handOver(mem *memory, spec *batchSpec) {
 	mem.mu.Lock()
-	fresh := mem.batch == nil && spec != nil
 	mem.batch = spec
 	mem.mu.Unlock()
-	if fresh {
+	if spec != nil {
 		select {
 		case r.renewals.kick <- struct{}{}:
 		default:

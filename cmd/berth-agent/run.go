@@ -57,9 +57,9 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	}
 
 	r := &reconciler.BerthLeaseReconciler{
-		Log:               log.WithName("berthlease").WithValues("cluster", o.clusterID),
-		LeaseClient:       leases,
-		ClusterIdentity:   o.clusterID,
+		Log:                  log.WithName("berthlease").WithValues("cluster", o.clusterID),
+		LeaseClient:          leases,
+		ClusterIdentity:      o.clusterID,
 		ManagedWorkloads:     o.managedWorkloads,
 		OperatorNamespace:    o.operatorNamespace,
 		ConcurrentReconciles: o.concurrentReconciles,
