@@ -229,6 +229,12 @@ func (r *BerthLeaseReconciler) applyRenewal(log logr.Logger, t dueTerm, res leas
 	var o outcome
 	m.tenure, o = m.tenure.afterAnswer(req, res, err, now)
 	healthy := m.tenure.apiErr == nil
+	// A batch cut at the deadline: the reconcile stops the Pods now, not
+	// at the renewer's next look.
+	fenced := m.tenure.term != nil && !now.Before(m.tenure.term.Deadline) && m.fenceWoken != m.tenure.term
+	if fenced {
+		m.fenceWoken = m.tenure.term
+	}
 	m.mu.Unlock()
 
 	ns, name := m.name.Namespace, m.name.Name
@@ -246,5 +252,5 @@ func (r *BerthLeaseReconciler) applyRenewal(log logr.Logger, t dueTerm, res leas
 		renewTime.WithLabelValues(r.ClusterIdentity, ns, name).Set(float64(time.Now().Add(sent.Sub(now)).UnixMilli()) / 1000)
 		deadlineRemaining.WithLabelValues(r.ClusterIdentity, ns, name).Set(max(0, LocalValidity(t.spec.ttl)-now.Sub(sent)).Seconds())
 	}
-	return o.change == changeLost || o.change == changeRevoked || failing == healthy
+	return fenced || o.change == changeLost || o.change == changeRevoked || failing == healthy
 }
