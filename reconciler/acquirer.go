@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-
-	"github.com/go-logr/logr"
 )
 
 // acquirers is how many acquisitions the acquirer has in flight at once;
@@ -103,6 +101,11 @@ func (r *BerthLeaseReconciler) acquireFor(ctx context.Context, m *memory) {
 	if !ready {
 		return
 	}
+	if r.Membership != nil {
+		if reason, _ := r.Membership(); reason != "" {
+			return // cordoned, refused or leaving: the reconcile yields
+		}
+	}
 	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
 	req := request{call: CallAcquire, holder: spec.holder, ttl: spec.ttl, heartbeat: spec.heartbeat, sent: r.Clock.Now()}
@@ -111,26 +114,27 @@ func (r *BerthLeaseReconciler) acquireFor(ctx context.Context, m *memory) {
 	observeCall(CallAcquire, req.sent, now, err)
 	if err != nil {
 		// The reconcile it wakes tries again, and records the failure.
-		logr.FromContextOrDiscard(ctx).V(1).Info("takeover failed", "berthLease", m.name, "error", err.Error())
+		r.Log.V(1).Info("takeover failed", "berthLease", m.name, "error", err.Error())
 		return
 	}
 	m.mu.Lock()
 	if m.waiting != spec || m.tenure.term != nil || m.tenure.holds() {
+		// The reconcile decided otherwise meanwhile (the BerthLease is
+		// deleted, cordoned, or acquired already). A term granted now is
+		// left to expire: releasing it from here could free a term that a
+		// BerthLease of the same lease runs under.
 		m.mu.Unlock()
+		if res.Acquired {
+			r.Log.Info("a takeover came too late: its term is left to expire", "berthLease", m.name, "token", res.FencingToken)
+		}
 		return
 	}
 	m.tenure, _ = m.tenure.afterAnswer(req, res, nil, now)
-	renew := m.tenure.term != nil && r.batching()
-	if renew {
-		// Renewed from now on, even before its reconcile runs.
-		m.batch = spec
-	}
+	granted := m.tenure.term != nil
 	m.waiting = nil
 	m.mu.Unlock()
-	if renew {
-		select {
-		case r.renewals.kick <- struct{}{}:
-		default:
-		}
+	if granted {
+		// Renewed from now on, even before its reconcile runs.
+		r.handOver(m, spec)
 	}
 }

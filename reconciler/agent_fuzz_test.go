@@ -774,16 +774,32 @@ func (s *fleetSim) finish(i int, f Facts) {
 	s.finishWith(i, f, d)
 }
 
-// finishWith is the end of Reconcile: the wake-up (result), the status
-// write, ungating, and the hand-over of a running term to the renewer.
+// finishWith is the end of Reconcile: the hand-over of a running term to
+// the renewer (right after settle, before anything that can fail), the
+// wake-up (result), the status write and ungating.
 func (s *fleetSim) finishWith(i int, f Facts, d Decision) {
 	a := s.agents[i]
+	spec := a.proc.batchSpecFor(a.bl, &observation{facts: f, holder: a.holder, ttl: s.ttl, heartbeat: s.hb}, a.mem, d)
+	if spec != nil && (spec.holder != a.holder || spec.ttl != s.ttl || spec.heartbeat != s.hb || spec.namespace != s.cur.Namespace || spec.lease != s.cur.Name) {
+		s.fail("%s hands over its term with the spec %+v, not its BerthLease's", a.holder, *spec)
+	}
+	handed := a.proc.handOver(a.mem, spec)
+	a.specLeft = false
+	if handed {
+		a.handed[f.Term.Token] = true
+		s.note(func() string { return fmt.Sprintf("%s: term token %d handed to the renewer", a.holder, f.Term.Token) })
+	}
+	s.kicked(i)
+
 	wake := d.Wake
 	switch {
 	case !wake.IsZero():
 	case a.statusFails:
 		// The reconcile fails: retried with failureBackoff.
 		wake = s.now.Add(stopPollInterval)
+	case f.MayRun() && f.BatchRenewed && !handed:
+		// The renewer ended after the facts were taken (result).
+		wake = earliest(f.Term.RenewDue, f.Term.Deadline)
 	case f.MayRun() && f.BatchRenewed && !f.PodsUnknown:
 		// The renewer wakes the BerthLease on news and at the deadline;
 		// nothing else is scheduled (result).
@@ -798,10 +814,6 @@ func (s *fleetSim) finishWith(i int, f Facts, d Decision) {
 	}
 	a.wake = wake
 	if a.statusFails {
-		// Reconcile returns before it hands the term over or takes it back.
-		a.mem.mu.Lock()
-		a.specLeft = a.specLeft || a.mem.batch != nil
-		a.mem.mu.Unlock()
 		s.note(func() string { return fmt.Sprintf("%s: status write failed", a.holder) })
 		return
 	}
@@ -817,17 +829,6 @@ func (s *fleetSim) finishWith(i int, f Facts, d Decision) {
 		a.pod, a.podToken = podRunning, f.Term.Token
 		s.note(func() string { return fmt.Sprintf("%s: Pod ungated with token %d", a.holder, a.podToken) })
 	}
-	spec := a.proc.batchSpecFor(a.bl, &observation{facts: f, holder: a.holder, ttl: s.ttl, heartbeat: s.hb}, a.mem, d)
-	if spec != nil && (spec.holder != a.holder || spec.ttl != s.ttl || spec.heartbeat != s.hb || spec.namespace != s.cur.Namespace || spec.lease != s.cur.Name) {
-		s.fail("%s hands over its term with the spec %+v, not its BerthLease's", a.holder, *spec)
-	}
-	a.proc.handOver(a.mem, spec)
-	a.specLeft = false
-	if spec != nil {
-		a.handed[f.Term.Token] = true
-		s.note(func() string { return fmt.Sprintf("%s: term token %d handed to the renewer", a.holder, f.Term.Token) })
-	}
-	s.kicked(i)
 }
 
 // kicked makes an idle renewer look at once when a term was handed to it
@@ -942,7 +943,8 @@ func (s *fleetSim) batchAnswer(i int) {
 func (s *fleetSim) looked(i int, next time.Time) {
 	a := s.agents[i]
 	if a.proc.renewals.off.Load() {
-		a.proc.renewals.running.Store(false)
+		// As renew ends: every term goes back to its reconcile, woken.
+		a.proc.giveBack(a.renewer.ctx)
 		s.stopProcess(a)
 		s.note(func() string { return fmt.Sprintf("%s: renewer stopped: the lease API offers no batches", a.holder) })
 	} else {

@@ -315,6 +315,11 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	mem := r.memoryOf(bl)
 	defer r.noteHolding(bl.UID, mem)
 	p, d := r.settle(ctx, bl, mem)
+	// The term goes to the renewer (or comes back from it) before anything
+	// below can fail: a reconcile that fails is retried, and the term must
+	// be renewed meanwhile, by one or the other.
+	p.handedOver = r.handOver(mem, r.batchSpecFor(bl, p, mem, d))
+	mem.setWaiting(r.waitSpecFor(p, mem, d))
 	if err := r.actOnPods(ctx, bl, p, d, PodsStop); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -338,8 +343,6 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}
 	observeLease(r.ClusterIdentity, bl, p.facts, d)
-	r.handOver(mem, r.batchSpecFor(bl, p, mem, d))
-	mem.setWaiting(r.waitSpecFor(p, mem, d))
 	supersededLeft := r.settleSuperseded(ctx, bl)
 	if d.RemoveFinalizer {
 		r.forget(bl.UID)
@@ -523,6 +526,10 @@ func (r *BerthLeaseReconciler) result(p *observation, mem *memory, d Decision) c
 	wake := d.Wake
 	switch {
 	case !wake.IsZero():
+	case p.facts.MayRun() && p.facts.BatchRenewed && !p.handedOver:
+		// The renewer stopped (or the lease API refused batches) after
+		// the facts were taken: the next reconcile renews the term.
+		wake = earliest(p.facts.Term.RenewDue, p.facts.Term.Deadline)
 	case p.facts.MayRun() && p.facts.BatchRenewed && p.facts.PodsUnknown:
 		// The Pods could not be listed: gated ones may wait unseen, and no
 		// event need come to bring them back.

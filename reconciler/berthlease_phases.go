@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,11 @@ type observation struct {
 	heartbeat time.Duration
 	// tenure is the memory's tenure the facts were taken from.
 	tenure tenure
+	// mem is the memory the facts were taken from.
+	mem *memory
+	// handedOver: the reconcile handed the running term to the renewer,
+	// which took it (handOver).
+	handedOver bool
 	// specErr explains Facts.Invalid.
 	specErr error
 	// yieldReason and yieldMessage explain Facts.Cordoned.
@@ -71,15 +77,19 @@ func (r *BerthLeaseReconciler) validateSpec(bl *berthv1alpha1.BerthLease) error 
 // as that observation of this reconcile read them.
 func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.BerthLease, mem *memory, pods *observation) *observation {
 	p := &observation{
+		mem:       mem,
 		holder:    r.holder(bl),
 		ttl:       time.Duration(bl.Spec.TTLSeconds) * time.Second,
 		heartbeat: time.Duration(bl.Spec.HeartbeatIntervalSeconds) * time.Second,
 	}
 	p.specErr = r.validateSpec(bl)
 	if !mem.read().started {
-		renewedAt := r.lastRenewal(ctx, bl, p.holder)
+		renewedAt, ttl := r.lastRenewal(ctx, bl, p.holder)
+		// The term lasts as the lease API granted it, which may be shorter
+		// than the spec says now (the TTL was lowered since).
+		ttl = min(p.ttl, cmp.Or(ttl, p.ttl))
 		now := r.Clock.Now()
-		mem.update(func(t tenure) tenure { return t.recoverFromStatus(bl.Status, p.holder, p.ttl, renewedAt, now) })
+		mem.update(func(t tenure) tenure { return t.recoverFromStatus(bl.Status, p.holder, ttl, renewedAt, now) })
 	}
 	podsUnknown := false
 	switch {
@@ -134,35 +144,48 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 }
 
 // lastRenewal is when the term status says this holder holds was last
-// renewed, for a recovery after a restart (recoverFromStatus): the lease
-// API's record of it, when the record still shows that term. A record of
-// another term means the term is over: zero, so the Pods stop first. When
-// the lease API cannot be read, the renew time an agent of an earlier
-// release wrote into status, if any, stands in (status is no longer
-// written at each renewal).
-func (r *BerthLeaseReconciler) lastRenewal(ctx context.Context, bl *berthv1alpha1.BerthLease, holder string) time.Time {
+// renewed, and for how long, for a recovery after a restart
+// (recoverFromStatus): the lease API's record of it, when the record still
+// shows that term. A record of another term means the term is over: zero,
+// so the Pods stop first. When the lease API cannot be read (a few tries
+// within the call timeout), the renew time an agent of an earlier release
+// wrote into status, if any, stands in (status is no longer written at
+// each renewal).
+func (r *BerthLeaseReconciler) lastRenewal(ctx context.Context, bl *berthv1alpha1.BerthLease, holder string) (time.Time, time.Duration) {
 	st := bl.Status
 	if st.LeaseState != StateHeld || st.CurrentHolder != holder || st.FencingToken == 0 || st.ReleasingToken > 0 {
-		return time.Time{}
+		return time.Time{}, 0
 	}
 	lr, ok := r.LeaseClient.(LeaseReader)
 	if !ok {
-		return time.Time{}
+		return time.Time{}, 0
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
-	l, err := lr.GetLease(ctx, bl.Namespace, bl.EffectiveLeaseName())
+	var (
+		l   leaseapi.Lease
+		err error
+	)
+	for range 3 {
+		if l, err = lr.GetLease(ctx, bl.Namespace, bl.EffectiveLeaseName()); err == nil || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 	switch {
 	case err != nil:
 		logr.FromContextOrDiscard(ctx).Error(err, "cannot read the lease's last renewal to recover the term status records")
 		if st.RenewTime != nil {
-			return st.RenewTime.Time
+			return st.RenewTime.Time, 0
 		}
-		return time.Time{}
+		return time.Time{}, 0
 	case l.Holder != holder || l.FencingToken != st.FencingToken:
-		return time.Time{}
+		return time.Time{}, 0
 	}
-	return l.RenewedAt
+	return l.RenewedAt, time.Duration(l.TTLSeconds) * time.Second
 }
 
 // LeaseReader is what a LeaseClient may also offer: a lease's record
@@ -329,6 +352,9 @@ func (r *BerthLeaseReconciler) ungate(ctx context.Context, bl *berthv1alpha1.Ber
 	for i := range p.gated {
 		if !r.Clock.Now().Before(term.Deadline) {
 			return nil // the next reconcile stops instead
+		}
+		if now := p.mem.read().term; now == nil || now.Token != term.Token || now.Holder != term.Holder {
+			return nil // the renewer learnt that the term ended: its wake-up follows
 		}
 		pod := p.gated[i].DeepCopy()
 		pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +30,11 @@ type batchSpec struct {
 
 // renewer is the state of the reconciler's batched renewals (renew).
 type renewer struct {
+	// mu orders hand-overs with the renewer's start and end: a term is
+	// handed over only while the renewer runs, and when it stops it gives
+	// every term back (giveBack). Lock order: mu, then the reconciler's
+	// mu, then a memory's.
+	mu sync.Mutex
 	// running: the renewer runs (Start), so a running term is left to it.
 	running atomic.Bool
 	// off: the lease API offers no batched renewals; every term is renewed
@@ -36,6 +42,10 @@ type renewer struct {
 	off atomic.Bool
 	// kick makes the renewer look again at once: a term was handed to it.
 	kick chan struct{}
+	// cutoff and cut are the batch in flight's: the local deadline it is
+	// cut at, and how to cut it sooner (preempt).
+	cutoff time.Time
+	cut    context.CancelFunc
 }
 
 // batching reports whether running terms are renewed in batches now.
@@ -53,15 +63,59 @@ func (r *BerthLeaseReconciler) batching() bool {
 // Every hand-over kicks the renewer, not only the first: it may have planned
 // its next look while the memory held no term, or one past its deadline,
 // and so not for the term the reconcile hands over now.
-func (r *BerthLeaseReconciler) handOver(mem *memory, spec *batchSpec) {
+//
+// It reports whether the renewer took the term: not when it does not run
+// (any more), and then the reconcile renews the term itself.
+func (r *BerthLeaseReconciler) handOver(mem *memory, spec *batchSpec) bool {
+	r.renewals.mu.Lock()
+	defer r.renewals.mu.Unlock()
+	if !r.renewals.running.Load() || r.renewals.off.Load() {
+		spec = nil
+	}
 	mem.mu.Lock()
 	mem.batch = spec
+	term := mem.tenure.term
 	mem.mu.Unlock()
-	if spec != nil {
-		select {
-		case r.renewals.kick <- struct{}{}:
-		default:
+	if spec == nil {
+		return false
+	}
+	r.preemptLocked(term)
+	select {
+	case r.renewals.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// preemptLocked cuts the batch in flight when term's deadline comes before
+// the batch's cutoff: the renewer blocks on its batch, and must look at
+// the new term by its deadline. renewals.mu is held.
+func (r *BerthLeaseReconciler) preemptLocked(term *Term) {
+	if term != nil && r.renewals.cut != nil && term.Deadline.Before(r.renewals.cutoff) {
+		r.renewals.cut()
+		r.renewals.cut = nil
+	}
+}
+
+// giveBack ends the renewer: it stops taking terms, and every term it had
+// goes back to its reconcile, woken to renew it on its own.
+func (r *BerthLeaseReconciler) giveBack(ctx context.Context) {
+	r.renewals.mu.Lock()
+	r.renewals.running.Store(false)
+	var names []types.NamespacedName
+	r.mu.Lock()
+	for _, m := range r.memory {
+		m.mu.Lock()
+		if m.batch != nil {
+			m.batch = nil
+			names = append(names, m.name)
 		}
+		m.mu.Unlock()
+	}
+	r.mu.Unlock()
+	r.renewals.mu.Unlock()
+	for _, name := range names {
+		r.Wake(ctx, name)
 	}
 }
 
@@ -83,7 +137,7 @@ func (r *BerthLeaseReconciler) renew(ctx context.Context) {
 		return
 	}
 	r.renewals.running.Store(true)
-	defer r.renewals.running.Store(false)
+	defer r.giveBack(ctx)
 	log := r.Log.WithName("renewer")
 	for {
 		next := r.renewDue(ctx, br, log)
@@ -172,40 +226,78 @@ func (r *BerthLeaseReconciler) renewDue(ctx context.Context, br BatchRenewer, lo
 // at the lease API's limit), never past the earliest local deadline of any
 // running term, and applies each answer.
 func (r *BerthLeaseReconciler) renewBatch(ctx context.Context, br BatchRenewer, log logr.Logger, holder string, terms []dueTerm, deadline time.Time) {
-	renewals := make([]leaseclient.Renewal, len(terms))
+	// One renewal per lease: two BerthLeases naming one lease share its
+	// term for a moment (the newer is not yet seen as shadowed), and the
+	// lease API refuses a batch that names a lease twice.
+	var renewals []leaseclient.Renewal
+	index := map[leaseclient.Renewal]int{}
+	of := make([]int, len(terms))
 	for i, t := range terms {
-		renewals[i] = leaseclient.Renewal{Namespace: t.spec.namespace, Name: t.spec.lease, FencingToken: t.term.Token, TTL: t.spec.ttl}
+		rn := leaseclient.Renewal{Namespace: t.spec.namespace, Name: t.spec.lease, FencingToken: t.term.Token, TTL: t.spec.ttl}
+		key := leaseclient.Renewal{Namespace: rn.Namespace, Name: rn.Name}
+		j, seen := index[key]
+		switch {
+		case !seen:
+			j = len(renewals)
+			index[key] = j
+			renewals = append(renewals, rn)
+		case rn.FencingToken != renewals[j].FencingToken:
+			// Not the same term: one of them is stale. Left out, it stays
+			// due, and fences at its deadline if it is never renewed.
+			of[i] = -1
+			continue
+		default:
+			// One term: renewed for the longest TTL asked, so that it
+			// lasts at least as long as each BerthLease reckons.
+			renewals[j].TTL = max(renewals[j].TTL, rn.TTL)
+		}
+		of[i] = j
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
 	cctx, cancelAtDeadline := context.WithDeadline(cctx, r.wallDeadline(deadline))
 	defer cancelAtDeadline()
+	preempted, cut := context.WithCancel(cctx)
+	defer cut()
+	r.renewals.mu.Lock()
+	r.renewals.cutoff, r.renewals.cut = deadline, cut
+	r.renewals.mu.Unlock()
 	sent := r.Clock.Now()
-	results, err := br.RenewBatch(cctx, holder, renewals)
+	results, err := br.RenewBatch(preempted, holder, renewals)
 	now := r.Clock.Now()
-	observeBatch(r.ClusterIdentity, sent, now, len(terms), err)
+	r.renewals.mu.Lock()
+	r.renewals.cut = nil
+	r.renewals.mu.Unlock()
+	observeBatch(r.ClusterIdentity, sent, now, len(renewals), err)
 	switch {
+	case err != nil && preempted.Err() != nil && cctx.Err() == nil:
+		// Cut for a term handed over meanwhile whose deadline comes
+		// first: nothing is applied (each term keeps the deadline it
+		// had, and is still due), and the renewer looks again at once.
+		log.V(1).Info("batched renewal cut for a term with an earlier deadline", "leases", len(terms))
+		return
 	case errors.Is(err, leaseclient.ErrNotSupported):
 		// A lease API of an earlier release: every term goes back to its
-		// reconcile, which renews it on its own.
+		// reconcile (giveBack, as the renewer ends), which renews it on
+		// its own.
 		log.Info("the lease API offers no batched renewals; renewing each lease on its own")
 		r.renewals.off.Store(true)
-		for _, t := range terms {
-			r.Wake(ctx, t.mem.name)
-		}
 		return
-	case err == nil && len(results) != len(terms):
+	case err == nil && len(results) != len(renewals):
 		err = errors.New("batched renewal answered a different number of leases than it was sent")
 	case ctx.Err() != nil:
 		return
 	}
 	if err != nil {
-		log.Error(err, "batched renewal failed", "leases", len(terms))
+		log.Error(err, "batched renewal failed", "leases", len(renewals))
 	}
 	for i, t := range terms {
+		if of[i] < 0 {
+			continue
+		}
 		var res leaseclient.AcquireResult
 		if err == nil {
-			res = results[i]
+			res = results[of[i]]
 		}
 		if r.applyRenewal(log, t, res, err, sent, now) {
 			r.Wake(ctx, t.mem.name)

@@ -204,11 +204,14 @@ func TestRenewerKeepsTheNewerWord(t *testing.T) {
 }
 
 // TestRenewerOnAnOlderLeaseAPI: a lease API without batched renewals turns
-// batching off and hands every term back to its reconcile.
+// batching off; as the renewer ends it gives every term back, the ones not
+// yet due too, and wakes their reconciles, which renew on their own; a
+// term handed over afterwards is not taken.
 func TestRenewerOnAnOlderLeaseAPI(t *testing.T) {
 	b := &batches{}
 	r, w, _ := renewing(b)
-	handed(r, "exporter", 0, 10*time.Second)
+	due := handed(r, "exporter", 0, 10*time.Second)
+	notDue := handed(r, "scheduler", 9*time.Second, 10*time.Second)
 	b.answer = func([]leaseclient.Renewal) ([]leaseclient.AcquireResult, error) {
 		return nil, leaseclient.ErrNotSupported
 	}
@@ -219,8 +222,19 @@ func TestRenewerOnAnOlderLeaseAPI(t *testing.T) {
 	if r.batching() {
 		t.Error("batching is still on after the lease API refused a batch")
 	}
-	if diff := cmp.Diff([]string{"exporter"}, w.take()); diff != "" {
+	r.giveBack(t.Context()) // as the renewer's loop ends
+	if diff := cmp.Diff([]string{"exporter", "scheduler"}, w.take()); diff != "" {
 		t.Errorf("woken (-want +got):\n%s", diff)
+	}
+	for _, m := range []*memory{due, notDue} {
+		m.mu.Lock()
+		if m.batch != nil {
+			t.Errorf("%s: still handed over after the renewer ended", m.name.Name)
+		}
+		m.mu.Unlock()
+	}
+	if r.handOver(due, &batchSpec{namespace: "payments", lease: "exporter", holder: us, ttl: memTTL, heartbeat: memHeartbeat}) {
+		t.Error("a term was handed over to a renewer that ended")
 	}
 }
 

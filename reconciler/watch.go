@@ -69,19 +69,35 @@ func (r *BerthLeaseReconciler) follow(ctx context.Context) {
 		return
 	}
 	log := r.Log.WithName("changes")
-	err := ls.WatchLeases(ctx, nil,
-		func(ev leaseclient.LeaseEvent) { r.leaseChanged(ctx, ev) },
-		func(up bool) { r.streamConnected(ctx, up) })
-	r.changes.up.Store(false)
-	switch {
-	case ctx.Err() != nil:
-	case errors.Is(err, leaseclient.ErrNotSupported):
-		log.Info("the lease API offers no change stream; waiting clusters poll at every heartbeat")
-	default:
-		log.Error(err, "the lease API's change stream ended; waiting clusters poll at every heartbeat")
-		r.wakeWaiting(ctx)
+	for {
+		err := ls.WatchLeases(ctx, nil,
+			func(ev leaseclient.LeaseEvent) { r.leaseChanged(ctx, ev) },
+			func(up bool) { r.streamConnected(ctx, up) })
+		r.changes.up.Store(false)
+		retry := streamRetry
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, leaseclient.ErrNotSupported):
+			// A lease API of an earlier release; it may be upgraded.
+			log.Info("the lease API offers no change stream; waiting clusters poll at every heartbeat")
+			retry = streamBackstop
+		default:
+			// Refused (a token being rotated, say): tried again.
+			log.Error(err, "the lease API's change stream ended; waiting clusters poll at every heartbeat until it is back")
+			r.wakeWaiting(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
 	}
 }
+
+// streamRetry is how soon a change stream that ended with an error is
+// opened again (the client itself reconnects after breaks).
+const streamRetry = 30 * time.Second
 
 // streamConnected records whether the change stream is connected. When it
 // breaks, every waiting BerthLease is woken to poll until it is back; once
@@ -186,8 +202,17 @@ func waitBackstop() time.Duration {
 // or a token to recover or release: what the agent knows this cluster may
 // still hold at the lease API. Fleet mode reads it before it lets a leaving
 // cluster go.
+//
+// It counts from the memories themselves, not only from the reconciles'
+// ends: the acquirer may have taken a term whose reconcile has not run yet.
 func (r *BerthLeaseReconciler) Holding() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.holding)
+	n := 0
+	for _, m := range r.memory {
+		if m.read().holds() {
+			n++
+		}
+	}
+	return max(n, len(r.holding))
 }

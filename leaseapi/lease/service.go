@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -259,6 +260,12 @@ func (s *Service) expireBatch(ctx context.Context, batch store.LeaseBatchStore, 
 		return 0, err
 	}
 	decide := func(cur store.Lease) Decision { return DecideExpire(cur, at.earliest) }
+	// Expired when listed, and time only moves on; a store clock whose
+	// bounds moved back is the exception, and its leases stay as they are.
+	listed = slices.DeleteFunc(slices.Clone(listed), func(l store.Lease) bool { return !decide(l).Write })
+	if len(listed) == 0 {
+		return 0, nil
+	}
 	writes := make([]store.Lease, len(listed))
 	for i, l := range listed {
 		writes[i] = decide(l).Next
