@@ -9,13 +9,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/berthfleet/berth/cmd/internal/logging"
+	"github.com/berthfleet/berth/reconciler"
 )
 
 // TestParseFlags checks the command lines that tests, docs and deployments
 // pass (Go flag's spellings included) keep their meaning.
 func TestParseFlags(t *testing.T) {
 	defaults := options{operatorNamespace: "berth-system", webhookPort: 9443, metricsBindAddress: ":8080",
-		healthProbeBindAddress: ":8081", heartbeatInterval: 10 * time.Second}
+		healthProbeBindAddress: ":8081", heartbeatInterval: 10 * time.Second,
+		kubeAPIQPS: defaultKubeAPIQPS, kubeAPIBurst: defaultKubeAPIBurst, concurrentReconciles: reconciler.DefaultConcurrentReconciles}
 	with := func(f func(*options)) options { o := defaults; f(&o); return o }
 	cases := map[string]struct {
 		args     []string
@@ -77,17 +79,24 @@ func TestParseFlags(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	dir := t.TempDir()
+	// valid is o with the flags that have defaults at them.
+	valid := func(o options) options {
+		o.kubeAPIQPS, o.kubeAPIBurst, o.concurrentReconciles = defaultKubeAPIQPS, defaultKubeAPIBurst, reconciler.DefaultConcurrentReconciles
+		return o
+	}
 	cases := map[string]struct {
 		o       options
 		wantErr bool
 	}{
-		"single-cluster":                  {o: options{leaseAPIURL: "http://x"}},
-		"no lease API":                    {o: options{}, wantErr: true},
-		"fleet mode":                      {o: options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir}},
-		"fleet mode with leader election": {o: options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true, kubeconfig: "host.kubeconfig"}},
-		"fleet mode elects on no host":    {o: options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true}, wantErr: true},
-		"fleet mode names its clusters":   {o: options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, clusterID: "east"}, wantErr: true},
-		"fleet folder missing":            {o: options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir + "/missing"}, wantErr: true},
+		"single-cluster":                  {o: valid(options{leaseAPIURL: "http://x"})},
+		"no lease API":                    {o: valid(options{}), wantErr: true},
+		"fleet mode":                      {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir})},
+		"fleet mode with leader election": {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true, kubeconfig: "host.kubeconfig"})},
+		"fleet mode elects on no host":    {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true}), wantErr: true},
+		"fleet mode names its clusters":   {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, clusterID: "east"}), wantErr: true},
+		"fleet folder missing":            {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir + "/missing"}), wantErr: true},
+		"no client rate":                  {o: options{leaseAPIURL: "http://x", kubeAPIBurst: 1, concurrentReconciles: 1}, wantErr: true},
+		"no reconciles":                   {o: options{leaseAPIURL: "http://x", kubeAPIQPS: 1, kubeAPIBurst: 1}, wantErr: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

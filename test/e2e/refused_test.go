@@ -5,22 +5,26 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/poll"
 )
 
 // TestStatusWritesRefused: a hostile or careless administrator installs, in
 // the holder's cluster, a policy that refuses every write of BerthLease
-// status. Every reconcile of the holder then fails after it has renewed. A
-// failed reconcile is retried with backoff instead of at its own wake-up;
-// controller-runtime's default backoff grows to minutes, so the holder would
-// renew late, its lease would expire at the lease API and another cluster
-// would run beside its Pods. The agent's retries stay within the stop poll
-// (half a second), so it keeps renewing: the workload stays where it is, and
-// the history (judged when the test ends) shows no overlap.
+// status, and one of the holder's Pods is recreated, so that the holder
+// must write status (its Pod counts) before it ungates the new Pod. Every
+// reconcile of the holder then fails there. A failed reconcile is retried
+// with backoff instead of at its own wake-up, and must not leave the term
+// unrenewed: the reconcile hands the term to the renewer before anything
+// that can fail, and retries stay within the stop poll (half a second).
+// The workload stays where it is, and the history (judged when the test
+// ends) shows no overlap.
 func TestStatusWritesRefused(t *testing.T) {
 	r := startFleet(t)
 	holder, _ := r.runner(t, 90*time.Second, "one cluster runs both replicas")
@@ -55,8 +59,19 @@ func TestStatusWritesRefused(t *testing.T) {
 	}
 	refused := time.Now()
 	// Policies take effect within a second or so; the agent's status writes
-	// are refused from then on.
+	// are refused from then on. Status is written on transitions only: a
+	// Pod recreated is one (the counts change, and status comes before the
+	// new Pod is ungated).
 	poll.For(t, 30*time.Second, "the holder's status writes are refused", func() bool {
+		pods := &corev1.PodList{}
+		if err := m.Client.List(ctx, pods, ctrlclient.InNamespace(workload.Namespace), ctrlclient.MatchingLabels{reconciler.ManagedLease: workload.Name}); err == nil {
+			for i := range pods.Items {
+				if pods.Items[i].DeletionTimestamp.IsZero() && len(pods.Items[i].Spec.SchedulingGates) == 0 {
+					_ = m.Client.Delete(ctx, &pods.Items[i])
+					break
+				}
+			}
+		}
 		return m.Agent.LogContains("BerthLease status writes are refused")
 	})
 	// Four TTLs: without bounded retries the holder's lease expires well
