@@ -128,7 +128,10 @@ func (t tenure) recoverFromStatus(st berthv1alpha1.BerthLeaseStatus, holder stri
 		return t
 	}
 	t.started = true
-	if tok := st.ReleasingToken; tok > 0 && st.CurrentHolder == holder {
+	// Only this cluster's agent records a release in its status, so the
+	// token is this cluster's whatever holder status shows: a status write
+	// that failed before the release was recorded leaves an older holder.
+	if tok := st.ReleasingToken; tok > 0 {
 		// A release of this token was sent and never confirmed: it may
 		// still land, so the term is only kept while Pods stop, then
 		// released again, never run on.

@@ -360,9 +360,9 @@ func TestRecoverFromStatus(t *testing.T) {
 			status: withReleasing(held(us, 7), 7), renewedAt: lastRenew,
 			want: tenure{started: true, releaseToken: 7, releaseSent: 7},
 		},
-		"another cluster's unconfirmed release: nothing to recover": {
+		"an unconfirmed release recorded over a stale holder (an earlier status write failed): still this cluster's, released again": {
 			status: withReleasing(held(other, 7), 7),
-			want:   tenure{started: true},
+			want:   tenure{started: true, releaseToken: 7, releaseSent: 7},
 		},
 		"held by another cluster: nothing to recover": {
 			status: held(other, 7),
