@@ -37,7 +37,7 @@ func (r *BerthLeaseReconciler) waitSpecFor(p *observation, mem *memory, d Decisi
 		t.apiErr != nil || t.observed.Holder == "" || t.observed.Holder == p.holder {
 		return nil
 	}
-	return &batchSpec{namespace: mem.name.Namespace, lease: mem.last.EffectiveLeaseName(), holder: p.holder, ttl: p.ttl, heartbeat: p.heartbeat}
+	return p.batchSpec(mem.name.Namespace, mem.last.EffectiveLeaseName())
 }
 
 // setWaiting records, at the end of a reconcile, whether the acquirer may

@@ -126,9 +126,6 @@ type BerthLeaseReconciler struct {
 	changes stream
 	// acquisitions takes leases over that the stream reports free (Start).
 	acquisitions acquirer
-	// holding holds the BerthLeases whose last reconcile ended keeping a
-	// term or a token to recover or release (Holding).
-	holding map[types.UID]bool
 }
 
 // SetupWithManager runs the reconciler under a controller of mgr's own
@@ -285,7 +282,6 @@ func (r *BerthLeaseReconciler) defaults() {
 		r.acquisitions.queue = make(chan *memory, acquireQueue)
 		r.mu.Lock()
 		r.memory = map[types.UID]*memory{}
-		r.holding = map[types.UID]bool{}
 		r.mu.Unlock()
 	})
 }
@@ -313,7 +309,6 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 
 	mem := r.memoryOf(bl)
-	defer r.noteHolding(bl.UID, mem)
 	p, d := r.settle(ctx, bl, mem)
 	// The term goes to the renewer (or comes back from it) before anything
 	// below can fail: a reconcile that fails is retried, and the term must
@@ -632,21 +627,6 @@ func (r *BerthLeaseReconciler) dropLocked(uid types.UID) {
 		r.index(m, false)
 	}
 	delete(r.memory, uid)
-	delete(r.holding, uid)
-}
-
-// noteHolding records, at the end of a reconcile, whether the BerthLease
-// keeps a term or a token to recover or release. A BerthLease forgotten
-// meanwhile stays forgotten.
-func (r *BerthLeaseReconciler) noteHolding(uid types.UID, mem *memory) {
-	holds := mem.read().holds()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, known := r.memory[uid]; !known || !holds {
-		delete(r.holding, uid)
-		return
-	}
-	r.holding[uid] = true
 }
 
 // batchSpecFor is how the renewer renews bl's term after this reconcile:
@@ -657,7 +637,7 @@ func (r *BerthLeaseReconciler) batchSpecFor(bl *berthv1alpha1.BerthLease, p *obs
 	if !p.facts.BatchRenewed || d.Phase != PhaseActive || p.facts.Term == nil || mem.gone || mem.superseded {
 		return nil
 	}
-	return &batchSpec{namespace: bl.Namespace, lease: bl.EffectiveLeaseName(), holder: p.holder, ttl: p.ttl, heartbeat: p.heartbeat}
+	return p.batchSpec(bl.Namespace, bl.EffectiveLeaseName())
 }
 
 // holder is the identity this agent acts as for bl.

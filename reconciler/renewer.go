@@ -28,6 +28,12 @@ type batchSpec struct {
 	ttl, heartbeat           time.Duration
 }
 
+// batchSpec is the spec to renew, or take over, lease in namespace as this
+// observation's holder with its timing.
+func (p *observation) batchSpec(namespace, lease string) *batchSpec {
+	return &batchSpec{namespace: namespace, lease: lease, holder: p.holder, ttl: p.ttl, heartbeat: p.heartbeat}
+}
+
 // renewer is the state of the reconciler's batched renewals (renew).
 type renewer struct {
 	// mu orders hand-overs with the renewer's start and end: a term is

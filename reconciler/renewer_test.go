@@ -51,6 +51,11 @@ func (b *batches) take() [][]string {
 	return out
 }
 
+// unreachable answers every batch as a lease API that cannot be reached.
+func unreachable([]leaseclient.Renewal) ([]leaseclient.AcquireResult, error) {
+	return nil, errors.New("unreachable")
+}
+
 // renewing is a reconciler whose renewer runs (without its loop: the test
 // calls renewDue), at t0 on a fake clock.
 func renewing(b *batches) (*BerthLeaseReconciler, *wakes, *clocktesting.FakeClock) {
@@ -141,9 +146,7 @@ func TestRenewerFailures(t *testing.T) {
 	b := &batches{}
 	r, w, clk := renewing(b)
 	m := handed(r, "exporter", 0, 10*time.Second)
-	b.answer = func([]leaseclient.Renewal) ([]leaseclient.AcquireResult, error) {
-		return nil, errors.New("unreachable")
-	}
+	b.answer = unreachable
 	r.renewDue(t.Context(), b, r.Log)
 	tm := m.read()
 	if tm.term == nil || tm.apiErr == nil {
@@ -170,9 +173,7 @@ func TestRenewerFailures(t *testing.T) {
 	if sent := b.take(); len(sent) != 3 {
 		t.Errorf("batches %v, want 3: two failed, one renewed", sent)
 	}
-	b.answer = func([]leaseclient.Renewal) ([]leaseclient.AcquireResult, error) {
-		return nil, errors.New("unreachable")
-	}
+	b.answer = unreachable
 	clk.Step(LocalValidity(memTTL))
 	r.renewDue(t.Context(), b, r.Log)
 	r.renewDue(t.Context(), b, r.Log)

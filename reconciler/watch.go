@@ -198,13 +198,10 @@ func waitBackstop() time.Duration {
 	return streamBackstop + rand.N(streamBackstop/5)
 }
 
-// Holding counts the BerthLeases whose last reconcile ended keeping a term,
-// or a token to recover or release: what the agent knows this cluster may
-// still hold at the lease API. Fleet mode reads it before it lets a leaving
-// cluster go.
-//
-// It counts from the memories themselves, not only from the reconciles'
-// ends: the acquirer may have taken a term whose reconcile has not run yet.
+// Holding counts the BerthLeases whose memory keeps a term, or a token to
+// recover or release: what the agent knows this cluster may still hold at
+// the lease API, including a term the acquirer took whose reconcile has not
+// run yet. Fleet mode reads it before it lets a leaving cluster go.
 func (r *BerthLeaseReconciler) Holding() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -214,5 +211,5 @@ func (r *BerthLeaseReconciler) Holding() int {
 			n++
 		}
 	}
-	return max(n, len(r.holding))
+	return n
 }
