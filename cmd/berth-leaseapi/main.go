@@ -19,9 +19,16 @@ import (
 	"github.com/berthfleet/berth/leaseapi/server"
 )
 
+// version is stamped at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
 func main() {
 	o, logOpts, err := parseFlags(os.Args[1:])
 	if errors.Is(err, pflag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err == nil && o.showVersion {
+		fmt.Println(versionLine())
 		os.Exit(0)
 	}
 	var log logr.Logger
@@ -40,6 +47,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// versionLine is what --version prints.
+func versionLine() string { return "berth-leaseapi " + version }
 
 // parseFlags reads the command line: the server's flags and the logging
 // flags (JSON lines by default).
@@ -75,6 +85,8 @@ type options struct {
 	limits server.Limits
 	// watch bounds watch streams.
 	watch server.WatchOptions
+	// showVersion prints the version and exits.
+	showVersion bool
 }
 
 func (o *options) bind(fs *pflag.FlagSet) {
@@ -99,6 +111,7 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&o.watch.MaxWatches, "max-watches", server.DefaultMaxWatches, "most watch streams open at once; more are answered 429")
 	fs.IntVar(&o.watch.MaxWatchesPerSubject, "max-watches-per-subject", server.DefaultMaxWatchesPerSubject, "most watch streams one subject may have open; more are answered 429")
 	fs.DurationVar(&o.watch.MaxDuration, "watch-max-duration", server.DefaultMaxWatchDuration, "longest a watch stream lasts (less up to a tenth, at random) before its client resumes, so that streams rebalance across replicas")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 }
 
 func (o *options) admins() []string {

@@ -155,6 +155,8 @@ lease API's wire types. Errors go to stderr as one line starting "berthctl: ".
 		RunE:              groupRun,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
 	}
+	root.Version = linkedVersion()
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	root.SetOut(s.out)
 	root.SetErr(s.err)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })

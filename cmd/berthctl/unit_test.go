@@ -306,3 +306,34 @@ func TestLogFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestVersionFlag checks that berthctl --version prints one line naming
+// the binary and its version, and leaves the version command alone.
+func TestVersionFlag(t *testing.T) {
+	cases := map[string]struct {
+		args      []string
+		wantOut   string
+		wantStart string
+	}{
+		"--version":           {args: []string{"--version"}, wantOut: "berthctl " + linkedVersion() + "\n"},
+		"the version command": {args: []string{"version"}, wantStart: "Client Version: " + linkedVersion() + "\n"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			err := run(t.Context(), tc.args, streams{out: &out, err: &errOut, getenv: func(string) string { return "" }})
+			if err != nil {
+				t.Fatalf("berthctl %v: %v (stderr %q)", tc.args, err, errOut.String())
+			}
+			if tc.wantOut != "" && out.String() != tc.wantOut {
+				t.Errorf("stdout %q, want %q", out.String(), tc.wantOut)
+			}
+			if !strings.HasPrefix(out.String(), tc.wantStart) {
+				t.Errorf("stdout %q, want it to start %q", out.String(), tc.wantStart)
+			}
+		})
+	}
+	if linkedVersion() == "" {
+		t.Error("linkedVersion is empty: cobra would not add --version")
+	}
+}

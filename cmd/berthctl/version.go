@@ -61,6 +61,12 @@ func buildVersion(linked string, info *debug.BuildInfo) clientVersion {
 	return v
 }
 
+// linkedVersion is the version `berthctl --version` prints.
+func linkedVersion() string {
+	info, _ := debug.ReadBuildInfo()
+	return buildVersion(version, info).Version
+}
+
 func newVersionCommand(o *globalOptions) *cobra.Command {
 	var output outputFormat
 	cmd := &cobra.Command{
