@@ -41,6 +41,8 @@ type options struct {
 	kubeAPIQPS             float32
 	kubeAPIBurst           int
 	concurrentReconciles   int
+	// showVersion prints the version and exits.
+	showVersion bool
 }
 
 // The client-side rate limit towards each cluster's API server. client-go's
@@ -72,6 +74,7 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "requests per second the agent sends to each cluster's API server, sustained (client-side rate limit)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "requests the agent may send to each cluster's API server in a burst above --kube-api-qps")
 	fs.IntVar(&o.concurrentReconciles, "concurrent-reconciles", reconciler.DefaultConcurrentReconciles, "BerthLeases reconciled at once (in fleet mode: over all clusters)")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 }
 
 func (o *options) validate() error {
@@ -100,6 +103,10 @@ func main() {
 	if errors.Is(err, pflag.ErrHelp) {
 		os.Exit(0)
 	}
+	if err == nil && o.showVersion {
+		fmt.Println(versionLine())
+		os.Exit(0)
+	}
 	var log logr.Logger
 	if err == nil {
 		log, err = logOpts.New(os.Stderr)
@@ -117,6 +124,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// versionLine is what --version prints.
+func versionLine() string { return "berth-agent " + version }
 
 // parseFlags reads the command line: the agent's flags, the logging flags,
 // and controller-runtime's --kubeconfig, which it registers on goFlags.

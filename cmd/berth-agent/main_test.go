@@ -122,3 +122,32 @@ func TestClusterTokenFile(t *testing.T) {
 }
 
 func writeFile(path string) error { return os.WriteFile(path, []byte("token"), 0o600) }
+
+// TestVersionFlag checks that --version, in each spelling, asks for the
+// version line, which names the binary and the stamped version.
+func TestVersionFlag(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		want bool
+	}{
+		"absent":             {want: false},
+		"--version":          {args: []string{"--version"}, want: true},
+		"Go flag's -version": {args: []string{"-version"}, want: true},
+		"--version=false":    {args: []string{"--version=false"}, want: false},
+		"with other flags":   {args: []string{"--cluster-id", "east", "--version"}, want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o, _, err := parseFlags(tc.args, flag.NewFlagSet("go", flag.ContinueOnError))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.showVersion != tc.want {
+				t.Errorf("showVersion = %t, want %t", o.showVersion, tc.want)
+			}
+		})
+	}
+	if got, want := versionLine(), "berth-agent dev"; got != want {
+		t.Errorf("versionLine() = %q, want %q", got, want)
+	}
+}
