@@ -26,6 +26,10 @@ FUZZ_TARGETS := \
 	./reconciler:FuzzDecide \
 	./reconciler:FuzzAgent
 
+# Modules beside the product's with tests of their own: they keep the image builder's and
+# Prometheus's dependencies out of the product's module graph.
+TEST_MODULES := hack/imagebuild test/monitoring
+
 .DEFAULT_GOAL := help
 
 ##@ General
@@ -44,11 +48,13 @@ build: ## Build berth-leaseapi, berth-agent and berthctl into bin/.
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 .PHONY: generate
-generate: $(TOOLS_BIN)/controller-gen ## Generate deepcopy, CRDs and RBAC from the markers, and the admission manifests.
+generate: $(TOOLS_BIN)/controller-gen $(TOOLS_BIN)/helm ## Generate deepcopy, CRDs and RBAC from the markers, the admission manifests, the charts' generated files and deploy/install.
 	$(TOOLS_BIN)/controller-gen object paths=./api/...
 	$(TOOLS_BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=deploy/crd
 	$(TOOLS_BIN)/controller-gen rbac:roleName=berth-agent paths=./... output:rbac:artifacts:config=deploy/rbac
 	$(GO) test ./admission -run TestDeployManifests -update
+	$(GO) run ./hack/chartgen
+	hack/render-install.sh $(TOOLS_BIN)/helm
 
 .PHONY: verify-gen
 verify-gen: generate ## Fail when generated files are stale.
@@ -80,6 +86,7 @@ check-files: ## Fail when git tracks a build output (an executable binary, or a 
 .PHONY: test-go
 test-go: ## Run the Go tests (needs `make tools` for the suites on real clusters).
 	$(GO) test -count=1 -timeout 25m ./...
+	@set -e; for m in $(TEST_MODULES); do echo "go test $$m"; (cd $$m && $(GO) test -count=1 -timeout 15m ./...); done
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME executions (default 50000x).
@@ -135,11 +142,14 @@ demo: tools build ## Three local clusters, the lease API and an agent each: kill
 ##@ Tools
 
 .PHONY: tools
-tools: ## Build the pinned control-plane binaries into bin/k8s (cached per user, reused).
+tools: $(TOOLS_BIN)/helm ## Build the pinned control-plane binaries into bin/k8s (cached per user, reused) and helm into bin/tools.
 	hack/build-tools.sh
 
 $(TOOLS_BIN)/golangci-lint: hack/tools/go.mod
 	cd hack/tools && GOBIN=$(TOOLS_BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+$(TOOLS_BIN)/helm: hack/tools/helm/go.mod
+	cd hack/tools/helm && GOBIN=$(TOOLS_BIN) $(GO) install helm.sh/helm/v4/cmd/helm
 
 $(TOOLS_BIN)/controller-gen: hack/tools/go.mod
 	cd hack/tools && GOBIN=$(TOOLS_BIN) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,8 +12,10 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 )
@@ -381,3 +384,26 @@ var (
 	celLabelsKept = celSame("labels", berthv1alpha1.ManagedLeaseLabel) + " && " + celSame("labels", berthv1alpha1.ManagedLeaseUIDLabel)
 	celTermKept   = celSame("annotations", berthv1alpha1.FencingTokenAnnotation) + " && " + celSame("annotations", berthv1alpha1.HolderAnnotation)
 )
+
+// YAML renders objects as one stream of YAML documents, each opened by "---", as
+// kubectl apply and Helm templates take them: without status or creation timestamps.
+func YAML(objs []ctrlclient.Object) ([]byte, error) {
+	var b bytes.Buffer
+	for _, o := range objs {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+		if err != nil {
+			return nil, fmt.Errorf("convert %s: %w", o.GetName(), err)
+		}
+		delete(u, "status")
+		if meta, ok := u["metadata"].(map[string]any); ok {
+			delete(meta, "creationTimestamp")
+		}
+		y, err := yaml.Marshal(u)
+		if err != nil {
+			return nil, fmt.Errorf("marshal %s: %w", o.GetName(), err)
+		}
+		b.WriteString("---\n")
+		b.Write(y)
+	}
+	return b.Bytes(), nil
+}

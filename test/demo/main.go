@@ -52,8 +52,9 @@ func run(ctx context.Context, bin string) error {
 	}
 	defer os.RemoveAll(dir)
 
-	say("starting 3 local clusters (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes), the lease API and 3 agents")
-	f, err := localfleet.Start(ctx, localfleet.Options{Clusters: 3, BinDir: bin, WorkDir: dir, Workload: workload})
+	say("starting 3 local clusters (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes) and the lease API;")
+	say("installing the berth-agent Helm chart in each and running its agent as the chart's Deployment would")
+	f, err := localfleet.Start(ctx, localfleet.Options{Clusters: 3, BinDir: bin, WorkDir: dir, Workload: workload, Helm: true})
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,7 @@ func run(ctx context.Context, bin string) error {
 		}
 		say("stopped every process; removed %s", dir)
 	}()
-	say("fleet up; each agent serves the admission webhooks of its cluster, which gate every managed Pod")
+	say("fleet up; each agent serves the admission webhooks of its cluster (through the chart's Service, with certificates it made itself), which gate every managed Pod")
 	say("BerthLease %s/%s (TTL %ds, heartbeat %ds) and a Deployment of %d managed Pods applied to every cluster",
 		workload.Namespace, workload.Name, workload.TTLSeconds, workload.HeartbeatSeconds, workload.Replicas)
 

@@ -6,11 +6,15 @@ import (
 	"strings"
 )
 
-// The address ranges inside every cluster. They are virtual (nothing routes them), so all
-// clusters share them.
+// The address ranges inside every cluster, shared by all clusters. Pod addresses are
+// virtual (nothing routes them). Service addresses are loopback ones: the API server calls
+// a webhook Service at its ClusterIP and Service port, which on this machine reaches a
+// process listening on that port on every address, as the agent's webhook server does.
+// So a test gives a chart's webhook Service the port of the agent it runs, and the API
+// server reaches that agent through the chart's own Service (test/podrun).
 const (
-	serviceCIDR = "10.96.0.0/16"
-	serviceIP   = "10.96.0.1" // the kubernetes Service; must be in the API server's certificate
+	serviceCIDR = "127.96.0.0/16"
+	serviceIP   = "127.96.0.1" // the kubernetes Service; must be in the API server's certificate
 	podCIDR     = "10.244.0.0/16"
 )
 

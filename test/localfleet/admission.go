@@ -111,10 +111,10 @@ func (m *Member) registerAdmission(ctx context.Context) error {
 	return nil
 }
 
-// awaitAdmission waits until the API server sends managed Pods through the
+// AwaitAdmission waits until the API server sends managed Pods through the
 // agent's webhook: a dry-run managed Pod comes back gated. Until then a
 // managed Pod could be created ungated, so the Deployment must wait.
-func (m *Member) awaitAdmission(ctx context.Context) error {
+func (m *Member) AwaitAdmission(ctx context.Context) error {
 	w := m.fleet.opts.Workload
 	var last error
 	_, err := poll.Until(ctx, 60*time.Second, "admission in effect", func(ctx context.Context) (bool, error) {

@@ -61,6 +61,10 @@ type Options struct {
 	// cluster and fleet mode), after the fleet's own flags, so that they
 	// can also override them.
 	AgentArgs []string
+	// Helm installs Berth in every cluster with the berth-agent chart and runs each
+	// agent as the chart's Deployment would (chart.go), instead of applying deploy/'s
+	// CRD, RBAC and admission by hand. Not with NoAgents.
+	Helm bool
 	// Metrics serves the lease API's and every per-cluster agent's /metrics on free
 	// loopback ports (LeaseAPI.MetricsURL, Member.MetricsURL); without it
 	// they serve none.
@@ -86,6 +90,9 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		opts.Clusters = 3
 	}
 	opts.Workload = opts.Workload.withDefaults()
+	if opts.Helm && opts.NoAgents {
+		return nil, errors.New("localfleet: Helm installs an agent per cluster; NoAgents starts none")
+	}
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
 	}
@@ -130,6 +137,9 @@ func (f *Fleet) StartAgents(ctx context.Context) error {
 			}
 		}
 		for _, m := range f.Members {
+			if f.opts.Helm {
+				continue // the chart registered it
+			}
 			if err := m.registerAdmission(ctx); err != nil {
 				return err
 			}

@@ -16,6 +16,7 @@ import (
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi"
 	"github.com/berthfleet/berth/test/builders"
+	"github.com/berthfleet/berth/test/charts"
 	"github.com/berthfleet/berth/test/freeport"
 	"github.com/berthfleet/berth/test/kubeenv"
 	"github.com/berthfleet/berth/test/pki"
@@ -75,6 +76,8 @@ type Member struct {
 	MetricsURL string
 	// metricsAddr is where the agent serves /metrics ("0": nowhere).
 	metricsAddr string
+	// chartValues are the berth-agent chart's values (Options.Helm), once installed.
+	chartValues charts.Values
 }
 
 func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*Member, error) {
@@ -82,8 +85,10 @@ func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*
 		return nil, err
 	}
 	cfg := c.RESTConfig()
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{crdDir()}, Scheme: builders.Scheme}); err != nil {
-		return nil, fmt.Errorf("%s: install CRDs: %w", c.Name, err)
+	if !f.opts.Helm { // the chart brings the CRD
+		if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{crdDir()}, Scheme: builders.Scheme}); err != nil {
+			return nil, fmt.Errorf("%s: install CRDs: %w", c.Name, err)
+		}
 	}
 	cl, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: builders.Scheme})
 	if err != nil {
@@ -101,6 +106,12 @@ func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*
 		}
 		m.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
 		m.MetricsURL = "http://" + m.metricsAddr + "/metrics"
+	}
+	if f.opts.Helm {
+		if m.webhookPort, err = freeport.Port(); err != nil {
+			return nil, err
+		}
+		return m, m.installAgentChart(ctx)
 	}
 	if err := m.grantAgentAccess(ctx); err != nil {
 		return nil, err
@@ -133,7 +144,7 @@ func (m *Member) ApplyWorkload(ctx context.Context) error {
 	deploy := builders.Deployment(w.Namespace, w.Name).ManagedBy(w.Name).Replicas(w.Replicas)
 	if m.fleet.admission() {
 		// Admission stamps each Pod with the gate and the BerthLease's UID.
-		if err := m.awaitAdmission(ctx); err != nil {
+		if err := m.AwaitAdmission(ctx); err != nil {
 			return err
 		}
 	} else {
@@ -172,6 +183,11 @@ func (m *Member) BerthLease(ctx context.Context) berthv1alpha1.BerthLease {
 // StartAgent runs berth-agent for this cluster as clusterID (normally the
 // member's own name; another id simulates a misconfigured agent).
 func (m *Member) StartAgent(clusterID string) error {
+	if m.fleet.opts.Helm {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return m.startChartAgent(ctx, clusterID)
+	}
 	api := m.fleet.LeaseAPI
 	token, ok := api.TokenFiles[clusterID]
 	if !ok {

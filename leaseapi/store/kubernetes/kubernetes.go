@@ -76,7 +76,10 @@ func OpenWith(ctx context.Context, cfg *rest.Config, namespace string, opts Opti
 		return nil, fmt.Errorf("kubernetes store client: %w", err)
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-	if _, err := c.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	// An account with rights only inside the namespace (the Helm chart's) is forbidden
+	// to create it: the namespace is then the installer's, and the first read of the
+	// store says whether it exists.
+	if _, err := c.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
 		return nil, fmt.Errorf("create coordination namespace %s: %w", namespace, err)
 	}
 	s := &Store{client: c, namespace: namespace}

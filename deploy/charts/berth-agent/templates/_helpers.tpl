@@ -1,0 +1,104 @@
+{{/* The release's full name: the release name, or release-chart when they differ. */}}
+{{- define "berth-agent.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "berth-agent.selectorLabels" -}}
+app.kubernetes.io/name: berth-agent
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "berth-agent.labels" -}}
+{{ include "berth-agent.selectorLabels" . }}
+app.kubernetes.io/part-of: berth
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "berth-agent.serviceAccountName" -}}
+{{- default (include "berth-agent.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The agent's user name: admission reserves ungating managed Pods to it. */}}
+{{- define "berth-agent.user" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "berth-agent.serviceAccountName" . }}
+{{- end -}}
+
+{{- define "berth-agent.webhookService" -}}
+{{- printf "%s-webhook" (include "berth-agent.fullname" .) -}}
+{{- end -}}
+
+{{/*
+The webhook's certificate Secret. The agent's own (mode agent) has a fixed name: its rights
+to read and rotate it are generated from the markers in the Go code, by that name.
+*/}}
+{{- define "berth-agent.webhookCertSecret" -}}
+{{- if eq .Values.webhook.certificates.mode "secret" -}}
+{{- .Values.webhook.certificates.secret.name -}}
+{{- else if eq .Values.webhook.certificates.mode "certManager" -}}
+{{- printf "%s-webhook-tls" (include "berth-agent.fullname" .) -}}
+{{- else -}}
+berth-agent-webhook-tls
+{{- end -}}
+{{- end -}}
+
+{{- define "berth-agent.tokenSecret" -}}
+{{- default (printf "%s-lease-api-token" (include "berth-agent.fullname" .)) .Values.leaseApi.token.existingSecret -}}
+{{- end -}}
+
+{{- define "berth-agent.caConfigMap" -}}
+{{- default (printf "%s-lease-api-ca" (include "berth-agent.fullname" .)) .Values.leaseApi.ca.existingConfigMap -}}
+{{- end -}}
+
+{{- define "berth-agent.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The webhook registrations' caBundle. In agent mode the agent patches it in; an upgrade keeps
+what the agent wrote, so that the fail-closed webhooks never lose their trust.
+*/}}
+{{- define "berth-agent.caBundle" -}}
+{{- $mode := .Values.webhook.certificates.mode -}}
+{{- if eq $mode "secret" -}}
+{{- .Values.webhook.certificates.secret.caBundle | b64enc -}}
+{{- else if eq $mode "agent" -}}
+{{- $cfg := lookup "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" "" "berth-workload-admission" -}}
+{{- if and $cfg $cfg.webhooks -}}
+{{- (index $cfg.webhooks 0).clientConfig.caBundle | default "" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Annotations of the webhook registrations: cert-manager's CA injector in its mode. */}}
+{{- define "berth-agent.webhookAnnotations" -}}
+{{- if eq .Values.webhook.certificates.mode "certManager" -}}
+cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "berth-agent.webhookService" . }}
+{{- else -}}
+berth.skaphos.io/ca-bundle-from: {{ .Values.webhook.certificates.mode }}
+{{- end -}}
+{{- end -}}
+
+{{/* validate fails the render with a message naming the value to set. */}}
+{{- define "berth-agent.validate" -}}
+{{- if not .Values.leaseApi.url -}}
+{{- fail "leaseApi.url is required: the lease API's URL, e.g. https://berth-leaseapi.example.com:8443" -}}
+{{- end -}}
+{{- if not (or .Values.leaseApi.token.existingSecret .Values.leaseApi.token.value) -}}
+{{- fail "leaseApi.token: set existingSecret (a Secret holding this cluster's lease API token) or value" -}}
+{{- end -}}
+{{- if and .Values.managedWorkloads (eq .Values.webhook.certificates.mode "secret") -}}
+{{- if not (and .Values.webhook.certificates.secret.name .Values.webhook.certificates.secret.caBundle) -}}
+{{- fail "webhook.certificates.mode secret needs webhook.certificates.secret.name (a kubernetes.io/tls Secret) and webhook.certificates.secret.caBundle (its CA, PEM)" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
