@@ -8,10 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/berthfleet/berth/cmd/internal/flags"
@@ -34,6 +36,8 @@ type options struct {
 	operatorNamespace      string
 	webhookPort            int
 	webhookCertDir         string
+	webhookCertSecret      string
+	webhookService         string
 	metricsBindAddress     string
 	healthProbeBindAddress string
 	leaderElect            bool
@@ -66,7 +70,9 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.managedWorkloads, "managed-workloads", false, "gate and stop the managed Pods of each BerthLease (needs Berth's admission installed)")
 	fs.StringVar(&o.operatorNamespace, "operator-namespace", "berth-system", "namespace the agent runs in (leader election lives here)")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server")
-	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "folder with tls.crt and tls.key for the webhook server")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "folder with tls.crt and tls.key for the webhook server (with --webhook-cert-secret the agent writes them; default then a new temporary folder)")
+	fs.StringVar(&o.webhookCertSecret, "webhook-cert-secret", "", "the agent manages its webhook certificates in this Secret of --operator-namespace, writes them into --webhook-cert-dir and sets the webhook configurations' caBundle (empty: someone else, e.g. cert-manager, provides them in --webhook-cert-dir)")
+	fs.StringVar(&o.webhookService, "webhook-service", "berth-agent-webhook", "the Service in --operator-namespace in front of the webhook server; with --webhook-cert-secret the certificate is for its DNS names")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", "address of /metrics (0: off)")
 	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0: off)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among the agent's replicas (run two for availability)")
@@ -85,6 +91,11 @@ func (o *options) validate() error {
 		return fmt.Errorf("--kube-api-qps must be above 0 and --kube-api-burst at least 1")
 	case o.concurrentReconciles < 1:
 		return fmt.Errorf("--concurrent-reconciles must be at least 1")
+	}
+	if err := o.validateWebhookCerts(); err != nil {
+		return err
+	}
+	switch {
 	case o.fleetKubeconfigDir == "":
 		return nil
 	case o.clusterID != "":
@@ -94,6 +105,33 @@ func (o *options) validate() error {
 	}
 	if fi, err := os.Stat(o.fleetKubeconfigDir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("--fleet-kubeconfig-dir %s: not a folder", o.fleetKubeconfigDir)
+	}
+	return nil
+}
+
+// validateWebhookCerts checks the flags of agent-managed webhook certificates: only an
+// agent that serves the webhooks (single-cluster, --managed-workloads) manages them.
+func (o *options) validateWebhookCerts() error {
+	if o.webhookCertSecret == "" {
+		return nil
+	}
+	switch {
+	case o.fleetKubeconfigDir != "":
+		return fmt.Errorf("--webhook-cert-secret: fleet mode serves no admission webhooks")
+	case !o.managedWorkloads:
+		return fmt.Errorf("--webhook-cert-secret needs --managed-workloads: without it the agent serves no admission webhooks")
+	}
+	for _, f := range []struct {
+		flag, value string
+		check       func(string) []string
+	}{
+		{"--webhook-cert-secret", o.webhookCertSecret, validation.IsDNS1123Subdomain},
+		{"--webhook-service", o.webhookService, validation.IsDNS1035Label},
+		{"--operator-namespace", o.operatorNamespace, validation.IsDNS1123Label},
+	} {
+		if errs := f.check(f.value); len(errs) > 0 {
+			return fmt.Errorf("%s %q: %s", f.flag, f.value, strings.Join(errs, "; "))
+		}
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 // TestParseFlags checks the command lines that tests, docs and deployments
 // pass (Go flag's spellings included) keep their meaning.
 func TestParseFlags(t *testing.T) {
-	defaults := options{operatorNamespace: "berth-system", webhookPort: 9443, metricsBindAddress: ":8080",
+	defaults := options{operatorNamespace: "berth-system", webhookPort: 9443, webhookService: "berth-agent-webhook", metricsBindAddress: ":8080",
 		healthProbeBindAddress: ":8081", heartbeatInterval: 10 * time.Second,
 		kubeAPIQPS: defaultKubeAPIQPS, kubeAPIBurst: defaultKubeAPIBurst, concurrentReconciles: reconciler.DefaultConcurrentReconciles}
 	with := func(f func(*options)) options { o := defaults; f(&o); return o }
@@ -33,6 +33,15 @@ func TestParseFlags(t *testing.T) {
 				o.clusterID, o.kubeconfig, o.leaseAPIURL, o.leaseAPITokenFile = "east", "east.kubeconfig", "http://127.0.0.1:1", "east.token"
 				o.managedWorkloads, o.webhookPort, o.webhookCertDir = true, 9999, "certs"
 				o.metricsBindAddress, o.healthProbeBindAddress, o.heartbeatInterval = "0", "0", 2*time.Second
+			}),
+			wantLogs: logging.Options{Format: logging.FormatText},
+		},
+		"agent-managed webhook certificates, as the Helm chart starts it": {
+			args: []string{"--lease-api-url", "http://x", "--managed-workloads", "--leader-elect",
+				"--webhook-cert-secret", "berth-agent-webhook-tls", "--webhook-service", "berth-webhook"},
+			want: with(func(o *options) {
+				o.leaseAPIURL, o.managedWorkloads, o.leaderElect = "http://x", true, true
+				o.webhookCertSecret, o.webhookService = "berth-agent-webhook-tls", "berth-webhook"
 			}),
 			wantLogs: logging.Options{Format: logging.FormatText},
 		},
@@ -88,15 +97,34 @@ func TestValidate(t *testing.T) {
 		o       options
 		wantErr bool
 	}{
-		"single-cluster":                  {o: valid(options{leaseAPIURL: "http://x"})},
-		"no lease API":                    {o: valid(options{}), wantErr: true},
-		"fleet mode":                      {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir})},
-		"fleet mode with leader election": {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true, kubeconfig: "host.kubeconfig"})},
-		"fleet mode elects on no host":    {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true}), wantErr: true},
-		"fleet mode names its clusters":   {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, clusterID: "east"}), wantErr: true},
-		"fleet folder missing":            {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir + "/missing"}), wantErr: true},
-		"no client rate":                  {o: options{leaseAPIURL: "http://x", kubeAPIBurst: 1, concurrentReconciles: 1}, wantErr: true},
-		"no reconciles":                   {o: options{leaseAPIURL: "http://x", kubeAPIQPS: 1, kubeAPIBurst: 1}, wantErr: true},
+		"single-cluster":                              {o: valid(options{leaseAPIURL: "http://x"})},
+		"no lease API":                                {o: valid(options{}), wantErr: true},
+		"fleet mode":                                  {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir})},
+		"fleet mode with leader election":             {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true, kubeconfig: "host.kubeconfig"})},
+		"fleet mode elects on no host":                {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true}), wantErr: true},
+		"fleet mode names its clusters":               {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, clusterID: "east"}), wantErr: true},
+		"fleet folder missing":                        {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir + "/missing"}), wantErr: true},
+		"agent-managed certificates":                  {o: valid(selfManaged(options{leaseAPIURL: "http://x", managedWorkloads: true}))},
+		"agent-managed certificates, own folder":      {o: valid(selfManaged(options{leaseAPIURL: "http://x", managedWorkloads: true, webhookCertDir: dir}))},
+		"agent-managed certificates without webhooks": {o: valid(selfManaged(options{leaseAPIURL: "http://x"})), wantErr: true},
+		"agent-managed certificates in fleet mode": {
+			o: valid(selfManaged(options{leaseAPIURL: "http://x", managedWorkloads: true, fleetKubeconfigDir: dir})), wantErr: true,
+		},
+		"Secret name not a DNS subdomain": {
+			o: valid(changed(selfManaged(options{leaseAPIURL: "http://x", managedWorkloads: true}), func(o *options) { o.webhookCertSecret = "Berth_TLS" })), wantErr: true,
+		},
+		"no Service": {
+			o: valid(changed(selfManaged(options{leaseAPIURL: "http://x", managedWorkloads: true}), func(o *options) { o.webhookService = "" })), wantErr: true,
+		},
+		"Service name not a DNS label": {
+			o: valid(changed(selfManaged(options{leaseAPIURL: "http://x", managedWorkloads: true}), func(o *options) { o.webhookService = "berth.webhook" })), wantErr: true,
+		},
+		"namespace not a DNS label": {
+			o: valid(changed(selfManaged(options{leaseAPIURL: "http://x", managedWorkloads: true}), func(o *options) { o.operatorNamespace = "berth.system" })), wantErr: true,
+		},
+		"bad Service name, certificates not managed": {o: valid(options{leaseAPIURL: "http://x", webhookService: "berth.webhook"})},
+		"no client rate": {o: options{leaseAPIURL: "http://x", kubeAPIBurst: 1, concurrentReconciles: 1}, wantErr: true},
+		"no reconciles":  {o: options{leaseAPIURL: "http://x", kubeAPIQPS: 1, kubeAPIBurst: 1}, wantErr: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -106,6 +134,16 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// selfManaged is o with agent-managed webhook certificates, at the default Service and
+// namespace.
+func selfManaged(o options) options {
+	o.webhookCertSecret, o.webhookService, o.operatorNamespace = "berth-agent-webhook-tls", "berth-agent-webhook", "berth-system"
+	return o
+}
+
+// changed is o after f.
+func changed(o options, f func(*options)) options { f(&o); return o }
 
 func TestClusterTokenFile(t *testing.T) {
 	dir := t.TempDir()

@@ -28,6 +28,7 @@ import (
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	"github.com/berthfleet/berth/admission"
+	"github.com/berthfleet/berth/admission/certs"
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/fleet"
 	leaseclient "github.com/berthfleet/berth/leaseapi/client"
@@ -50,6 +51,11 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	scheme, err := newScheme()
 	if err != nil {
 		return err
+	}
+	if o.webhookCertSecret != "" && o.webhookCertDir == "" {
+		if o.webhookCertDir, err = os.MkdirTemp("", "berth-webhook-certs-"); err != nil {
+			return fmt.Errorf("make a folder for the webhook certificates: %w", err)
+		}
 	}
 	mgr, err := newManager(cfg, scheme, o)
 	if err != nil {
@@ -94,6 +100,11 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		return err
 	}
 	if o.managedWorkloads {
+		if o.webhookCertSecret != "" {
+			if err := setupWebhookCerts(ctx, cfg, scheme, mgr, o, log); err != nil {
+				return err
+			}
+		}
 		if err := setupAdmission(ctx, cfg, mgr, log); err != nil {
 			return err
 		}
@@ -220,6 +231,42 @@ func setupAdmission(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, log
 	user := review.Status.UserInfo.Username
 	log.Info("serving workload admission", "operatorUser", user)
 	return admission.SetupWorkloadAdmission(mgr, &admission.WorkloadAdmission{OperatorUser: user, Mutate: true})
+}
+
+// firstCertSyncTimeout bounds the agent's first sync of its webhook certificates,
+// before the manager starts.
+const firstCertSyncTimeout = 2 * time.Minute
+
+// setupWebhookCerts runs the agent's own webhook certificates (--webhook-cert-secret):
+// a first sync before the manager starts, because the webhook server does not start
+// without the files, then a Rotator on every replica (no leader election), and a
+// readiness check until the first sync.
+func setupWebhookCerts(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, mgr ctrl.Manager, o options, log logr.Logger) error {
+	direct, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	rot, err := certs.New(certs.Options{
+		Client:      direct,
+		Namespace:   o.operatorNamespace,
+		SecretName:  o.webhookCertSecret,
+		ServiceName: o.webhookService,
+		CertDir:     o.webhookCertDir,
+		Log:         log.WithName("webhook-certs"),
+	})
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, firstCertSyncTimeout)
+	defer cancel()
+	if err := rot.SyncFirst(sctx); err != nil {
+		return err
+	}
+	if err := mgr.Add(rot); err != nil {
+		return err
+	}
+	log.Info("managing the webhook certificates", "secret", o.operatorNamespace+"/"+o.webhookCertSecret, "service", o.webhookService, "dir", o.webhookCertDir)
+	return mgr.AddReadyzCheck("webhook-certs", rot.Checker)
 }
 
 // noHostCluster is the local manager's configuration when fleet mode runs
