@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"maps"
+	"os"
 	"testing"
 	"time"
 
@@ -172,4 +173,206 @@ func issued(t *testing.T, ca authority, made time.Time) map[string][]byte {
 	t.Helper()
 	crt, key := ca.serve(t, made, DefaultServingValidity, names)
 	return secret(ca, crt, key)
+}
+
+func TestBundle(t *testing.T) {
+	old := mkCA(t, t0.Add(-year), DefaultCAValidity)
+	older := mkCA(t, t0.Add(-2*year), DefaultCAValidity)
+	shortLived := mkCA(t, t0.Add(-year), year+day)
+	current := mkCA(t, t0, DefaultCAValidity)
+	leafPEM, _ := current.serve(t, t0, DefaultServingValidity, names)
+	leaf, err := parseCert(leafPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	label := map[*x509.Certificate]string{old.cert: "old", older.cert: "older", shortLived.cert: "shortLived", current.cert: "current", leaf: "leaf"}
+	cases := map[string]struct {
+		now      time.Time
+		previous [][]*x509.Certificate
+		want     []string
+	}{
+		"only the current CA":         {now: t0, want: []string{"current"}},
+		"old CAs within the overlap":  {now: t0.Add(12 * time.Hour), previous: [][]*x509.Certificate{{old.cert}, {older.cert, old.cert}}, want: []string{"current", "old", "older"}},
+		"the current CA is not added": {now: t0, previous: [][]*x509.Certificate{{current.cert, old.cert}}, want: []string{"current", "old"}},
+		"the overlap ended": {
+			now: t0.Add(DefaultOverlap + time.Minute), previous: [][]*x509.Certificate{{old.cert}}, want: []string{"current"},
+		},
+		"an old CA expired within the overlap": {
+			now: t0.Add(2 * day), previous: [][]*x509.Certificate{{shortLived.cert, old.cert}}, want: []string{"current"},
+		},
+		"just before the overlap ends": {
+			now: t0.Add(DefaultOverlap - time.Minute), previous: [][]*x509.Certificate{{shortLived.cert, old.cert}}, want: []string{"current", "shortLived", "old"},
+		},
+		"a leaf is no CA": {now: t0, previous: [][]*x509.Certificate{{leaf, old.cert}}, want: []string{"current", "old"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var got []string
+			for _, c := range Bundle(tc.now, current.cert, DefaultOverlap, tc.previous...) {
+				got = append(got, label[c])
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Bundle (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTrustBundle(t *testing.T) {
+	old := mkCA(t, t0.Add(-year), DefaultCAValidity)
+	cmPEM := mkCA(t, t0.Add(-year), DefaultCAValidity).certPEM() // cert-manager's, before the agent took over
+	current := mkCA(t, t0, DefaultCAValidity)
+	secretBundle := EncodeBundle([]*x509.Certificate{current.cert, old.cert})
+	cases := map[string]struct {
+		now          time.Time
+		secretBundle []byte
+		existing     [][]byte
+		want         []byte
+	}{
+		"no configuration had a CA": {now: t0, secretBundle: secretBundle, existing: [][]byte{nil, nil}, want: secretBundle},
+		"the configurations keep a CA the Secret no longer has": {
+			now: t0, secretBundle: current.certPEM(), existing: [][]byte{old.certPEM(), old.certPEM(), []byte("garbage")},
+			want: secretBundle,
+		},
+		"cert-manager's CA is trusted for the overlap": {
+			now: t0, secretBundle: secretBundle, existing: [][]byte{cmPEM},
+			want: append(append([]byte{}, secretBundle...), cmPEM...),
+		},
+		"after the overlap only the current CA": {
+			now: t0.Add(2 * DefaultOverlap), secretBundle: secretBundle, existing: [][]byte{secretBundle, cmPEM}, want: current.certPEM(),
+		},
+		"no CA in the Secret": {now: t0, secretBundle: []byte("garbage"), existing: [][]byte{cmPEM}, want: nil},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := TrustBundle(tc.now, tc.secretBundle, tc.existing, Policy{})
+			if diff := cmp.Diff(string(tc.want), string(got)); diff != "" {
+				t.Errorf("TrustBundle (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestNext checks what Next keeps and makes, beyond TestDecide's check that its result
+// is always kept.
+func TestNext(t *testing.T) {
+	ca := mkCA(t, t0, DefaultCAValidity)
+	good := issued(t, ca, t0)
+	p := Policy{}
+	t.Run("a new serving certificate from the CA kept", func(t *testing.T) {
+		now := t0.Add(250 * day)
+		next, err := Next(now, good, Decide(now, good, names, p), names, p, rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytesEqual(next, good, KeyCABundle, KeyCAKey) || bytesEqual(next, good, KeyCert) || bytesEqual(next, good, KeyKey) {
+			t.Error("want the CA kept and a new serving pair")
+		}
+		cert, err := parseCert(next[KeyCert])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := cert.NotAfter, now.Add(DefaultServingValidity).Truncate(time.Second); !got.Equal(want) {
+			t.Errorf("NotAfter %v, want %v", got, want)
+		}
+		if diff := cmp.Diff(names, cert.DNSNames); diff != "" {
+			t.Errorf("DNS names (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a new CA keeps the old one trusted", func(t *testing.T) {
+		now := t0.Add(7 * year)
+		next, err := Next(now, good, Decide(now, good, names, p), names, p, rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundle := ParseBundle(next[KeyCABundle])
+		if len(bundle) != 2 || bundle[0].Equal(ca.cert) || !bundle[1].Equal(ca.cert) {
+			t.Fatalf("bundle of %d, want the new CA then the old", len(bundle))
+		}
+		if bytesEqual(next, good, KeyCAKey) {
+			t.Error("the CA key was kept")
+		}
+		later := now.Add(DefaultOverlap + time.Hour)
+		d := Decide(later, next, names, p)
+		if diff := cmp.Diff(Decision{StaleBundle: true}, d); diff != "" {
+			t.Fatalf("after the overlap (-want +got):\n%s", diff)
+		}
+		pruned, err := Next(later, next, d, names, p, rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ParseBundle(pruned[KeyCABundle]); len(got) != 1 || !got[0].Equal(bundle[0]) {
+			t.Errorf("pruned bundle of %d, want the new CA alone", len(got))
+		}
+		if !bytesEqual(pruned, next, KeyCert, KeyKey, KeyCAKey) {
+			t.Error("pruning the bundle changed the certificates")
+		}
+	})
+	t.Run("a serving certificate never outlives its CA", func(t *testing.T) {
+		short := Policy{CAValidity: 400 * day}
+		data, err := Next(t0, nil, Decide(t0, nil, names, short), names, short, rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caCert, _ := parseCert(data[KeyCABundle])
+		cert, _ := parseCert(data[KeyCert])
+		now := t0.Add(100 * day)
+		data, err = Next(now, data, Decision{NewServing: ReasonExpiring}, names, short, rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		renewed, _ := parseCert(data[KeyCert])
+		if cert.NotAfter.After(caCert.NotAfter) || !renewed.NotAfter.Equal(caCert.NotAfter) {
+			t.Errorf("serving NotAfter %v then %v, CA NotAfter %v", cert.NotAfter, renewed.NotAfter, caCert.NotAfter)
+		}
+	})
+}
+
+func bytesEqual(a, b map[string][]byte, keys ...string) bool {
+	for _, k := range keys {
+		if string(a[k]) != string(b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestWriteFiles(t *testing.T) {
+	dir := t.TempDir() + "/certs"
+	data := map[string][]byte{KeyCert: []byte("crt"), KeyKey: []byte("key"), KeyCABundle: []byte("ca"), KeyCAKey: []byte("ca key")}
+	steps := []struct {
+		name        string
+		data        map[string][]byte
+		wantWritten []string
+	}{
+		{"into a new folder", data, []string{KeyCABundle, KeyKey, KeyCert}},
+		{"unchanged", data, nil},
+		{"a new pair", with(with(data, KeyCert, []byte("crt2")), KeyKey, []byte("key2")), []string{KeyKey, KeyCert}},
+	}
+	for _, s := range steps {
+		written, err := writeFiles(dir, s.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(s.wantWritten, written); diff != "" {
+			t.Errorf("%s: written (-want +got):\n%s", s.name, diff)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, e := range entries {
+		files = append(files, e.Name())
+	}
+	if diff := cmp.Diff([]string{KeyCABundle, KeyCert, KeyKey}, files); diff != "" {
+		t.Errorf("files (no CA key, no temporary files) (-want +got):\n%s", diff)
+	}
+	if fi, err := os.Stat(dir + "/" + KeyKey); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("tls.key: %v, mode %v, want 0600", err, fi.Mode())
+	}
+	if got, _ := os.ReadFile(dir + "/" + KeyCert); string(got) != "crt2" {
+		t.Errorf("tls.crt = %q", got)
+	}
 }
