@@ -3,15 +3,20 @@ package charts
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/berthfleet/berth/admission"
 )
 
 // The values every agent install needs.
@@ -205,9 +210,9 @@ func TestAgentChart(t *testing.T) {
 				if y, _ := json.Marshal(vap.Object); !strings.Contains(string(y), `system:serviceaccount:ops:berth-berth-agent`) {
 					t.Errorf("the policy does not name the release's account:\n%s", y)
 				}
-				hooks, _, _ := unstructured.NestedSlice(r.get(t, "MutatingWebhookConfiguration", "berth-workload-admission").Object, "webhooks")
-				svc, _, _ := unstructured.NestedStringMap(hooks[0].(map[string]any), "clientConfig", "service")
-				if diff := cmp.Diff(map[string]string{"name": "berth-berth-agent-webhook", "namespace": "ops", "path": "/mutate-pods"}, svc); diff != "" {
+				cfg := into[admissionregistrationv1.MutatingWebhookConfiguration](t, r.get(t, "MutatingWebhookConfiguration", "berth-workload-admission"))
+				want := &admissionregistrationv1.ServiceReference{Namespace: "ops", Name: "berth-berth-agent-webhook", Path: ptr.To("/mutate-pods"), Port: ptr.To[int32](443)}
+				if diff := cmp.Diff(want, cfg.Webhooks[0].ClientConfig.Service); diff != "" {
 					t.Errorf("webhook service (-want +got):\n%s", diff)
 				}
 			},
@@ -315,6 +320,64 @@ func TestAgentChart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAgentChartAdmission compares the chart's admission with what admission.Manifests
+// renders for the same account, Service and certificate mode: the chart's template is
+// generated from it (hack/chartgen), and this catches a placeholder gone astray.
+func TestAgentChartAdmission(t *testing.T) {
+	r, err := render(t, "berth", Agent, "ops", with(agentRequired, "webhook.timeoutSeconds=7", "webhook.service.port=8443"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := admission.Manifests(admission.ManifestOptions{
+		OperatorUser:   "system:serviceaccount:ops:berth-berth-agent",
+		Service:        &admissionregistrationv1.ServiceReference{Namespace: "ops", Name: "berth-berth-agent-webhook", Port: ptr.To[int32](8443)},
+		Annotations:    map[string]string{"berth.skaphos.io/ca-bundle-from": "agent"},
+		Mutate:         true,
+		TimeoutSeconds: 7,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		kind := map[string]string{
+			"*v1.MutatingWebhookConfiguration":     "MutatingWebhookConfiguration",
+			"*v1.ValidatingWebhookConfiguration":   "ValidatingWebhookConfiguration",
+			"*v1.ValidatingAdmissionPolicy":        "ValidatingAdmissionPolicy",
+			"*v1.ValidatingAdmissionPolicyBinding": "ValidatingAdmissionPolicyBinding",
+		}[fmt.Sprintf("%T", w)]
+		got := r.get(t, kind, w.GetName())
+		wantU, err := runtime.DefaultUnstructuredConverter.ToUnstructured(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		normalize(wantU)
+		normalize(got.Object)
+		if diff := cmp.Diff(wantU, got.Object); diff != "" {
+			t.Errorf("%s %s differs from admission.Manifests (-want +got):\n%s", kind, w.GetName(), diff)
+		}
+	}
+}
+
+// normalize drops what differs between a typed object and its rendered YAML without
+// meaning anything: type meta, creation timestamps, empty CA bundles, and JSON numbers.
+func normalize(u map[string]any) {
+	delete(u, "apiVersion")
+	delete(u, "kind")
+	delete(u, "status")
+	if meta, ok := u["metadata"].(map[string]any); ok {
+		delete(meta, "creationTimestamp")
+	}
+	hooks, _ := u["webhooks"].([]any)
+	for _, h := range hooks {
+		if cc, ok := h.(map[string]any)["clientConfig"].(map[string]any); ok && (cc["caBundle"] == "" || cc["caBundle"] == nil) {
+			delete(cc, "caBundle")
+		}
+	}
+	y, _ := json.Marshal(u)
+	clear(u)
+	_ = json.Unmarshal(y, &u)
 }
 
 func TestLeaseAPIChart(t *testing.T) {
