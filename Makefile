@@ -47,6 +47,10 @@ build: ## Build berth-leaseapi, berth-agent and berthctl into bin/.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+.PHONY: images
+images: ## Build the OCI images (linux/amd64 and linux/arm64) of the three binaries into bin/images/.
+	cd hack/imagebuild && $(GO) run . -repo-root $(CURDIR) -out $(BIN)/images
+
 .PHONY: generate
 generate: $(TOOLS_BIN)/controller-gen $(TOOLS_BIN)/helm ## Generate deepcopy, CRDs and RBAC from the markers, the admission manifests, the charts' generated files and deploy/install.
 	$(TOOLS_BIN)/controller-gen object paths=./api/...
