@@ -137,11 +137,15 @@ func TestInstall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		poll.For(t, 30*time.Second, "the chart's lease API is ready", func() bool {
-			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		var notReady error
+		if _, err := poll.Until(t.Context(), 30*time.Second, "the chart's lease API is ready", func(ctx context.Context) (bool, error) {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			return east.Ready(ctx) == nil
-		})
+			notReady = east.Ready(ctx)
+			return notReady == nil, nil
+		}); err != nil {
+			t.Fatalf("%v (last: %v)\n%s", err, notReady, p.LogTail(20))
+		}
 		got, err := east.Acquire(t.Context(), "payments", "exporter", "east", 10*time.Second)
 		if err != nil {
 			t.Fatalf("acquire through the chart's lease API: %v\n%s", err, p.LogTail(20))
@@ -192,6 +196,7 @@ func kubectl(t *testing.T, c *kubeenv.Cluster, args ...string) {
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+	t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
 }
 
 // waitPods waits until the workload's controller has made n Pods: the API server admitted

@@ -209,7 +209,9 @@ func (s *Store) ListClusters(ctx context.Context) ([]store.Cluster, error) {
 
 // Ping implements store.Store: it reads the coordination namespace.
 func (s *Store) Ping(ctx context.Context) error {
-	if _, err := s.client.CoreV1().Namespaces().Get(ctx, s.namespace, metav1.GetOptions{}); err != nil {
+	// A read inside the namespace, the only place where the store needs rights (the Helm
+	// chart grants none outside it): it fails when the API server or the rights are gone.
+	if _, err := s.client.CoordinationV1().Leases(s.namespace).List(ctx, metav1.ListOptions{Limit: 1, LabelSelector: labelKind + "=lease"}); err != nil {
 		return fmt.Errorf("ping Kubernetes store: %w", err)
 	}
 	// A replica that cannot bound the API server's clock must not serve.
