@@ -13,9 +13,10 @@
 // Each replica then brings its own files and the configurations up to date, at once
 // and every Interval, so that a renewal made by one replica reaches the others.
 //
-// What to do is decided by pure functions (Decide, Bundle, Next's inputs): whether the
-// Secret's CA and serving certificate are usable, which caBundle to trust. Rotator only
-// reads, writes and logs. The rules are in Decide and Bundle and in docs/admission.md,
+// What to do is decided by pure functions: Decide (are the Secret's CA and serving
+// certificate usable, must its CA bundle shrink), Bundle and TrustBundle (which CAs to
+// trust); Next carries a decision out (new keys and certificates). Rotator only reads,
+// writes and logs. The rules are in Decide and Bundle and in docs/admission.md,
 // "Webhook certificates".
 //
 // Files are written atomically (a temporary file renamed over the old one) whenever they

@@ -216,7 +216,7 @@ func (r *Rotator) syncSecret(ctx context.Context) (map[string][]byte, error) {
 		case err != nil:
 			return nil, fmt.Errorf("read Secret %s: %w", key, err)
 		case secret.Type != corev1.SecretTypeTLS:
-			return nil, fmt.Errorf("Secret %s has type %s, want %s: delete it and the agent makes it anew", key, secret.Type, corev1.SecretTypeTLS)
+			return nil, fmt.Errorf("webhook certificate Secret %s has type %s, want %s: delete it and the agent makes it anew", key, secret.Type, corev1.SecretTypeTLS)
 		}
 		now := r.opts.Clock.Now()
 		d := Decide(now, secret.Data, r.names, r.opts.Policy)
