@@ -90,7 +90,7 @@ check-files: ## Fail when git tracks a build output (an executable binary, or a 
 .PHONY: test-go
 test-go: ## Run the Go tests (needs `make tools` for the suites on real clusters).
 	$(GO) test -count=1 -timeout 25m ./...
-	@set -e; for m in $(TEST_MODULES); do echo "go test $$m"; (cd $$m && $(GO) test -count=1 -timeout 15m ./...); done
+	@set -e; for m in $(TEST_MODULES); do echo "go test $$m"; (cd $$m && $(GO) test -count=1 -timeout 25m ./...); done
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME executions (default 50000x).
