@@ -26,6 +26,6 @@
 //
 // The names of labels, gate and annotations are api/v1alpha1's (names.go), shared with the
 // reconciler; this package does not import the reconciler. It does not ungate Pods or stop
-// them (package reconciler does), and does not issue the webhook server's certificate (the
-// deployment does).
+// them (package reconciler does), and does not issue the webhook server's certificate
+// (admission/certs does, when the agent manages it; otherwise cert-manager or the user).
 package admission
