@@ -24,9 +24,9 @@ type Expr struct {
 	Query string
 }
 
-// promql is the parser with Prometheus's default options, as a Prometheus
+// promqlParser is the parser with Prometheus's default options, as a Prometheus
 // server without feature flags reads rules.
-var promql = parser.NewParser(parser.Options{})
+var promqlParser = parser.NewParser(parser.Options{})
 
 // LoadRules parses and validates a rule file as Prometheus does (unknown
 // fields refused, every expression and template parsed) and also refuses a
@@ -34,7 +34,7 @@ var promql = parser.NewParser(parser.Options{})
 func LoadRules(path string) (*rulefmt.RuleGroups, error) {
 	var warnings bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&warnings, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	groups, errs := rulefmt.ParseFile(path, false, model.UTF8Validation, promql, logger)
+	groups, errs := rulefmt.ParseFile(path, false, model.UTF8Validation, promqlParser, logger)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("parse rules: %w", errors.Join(errs...))
 	}

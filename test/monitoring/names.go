@@ -27,7 +27,7 @@ type Selector struct {
 // appearance. A selector that names no single metric (a regular expression
 // on __name__, or none) is an error: it could not be checked.
 func Selectors(q string) ([]Selector, error) {
-	expr, err := promql.ParseExpr(q)
+	expr, err := promqlParser.ParseExpr(q)
 	if err != nil {
 		return nil, fmt.Errorf("parse %q: %w", q, err)
 	}
