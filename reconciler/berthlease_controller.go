@@ -64,6 +64,8 @@ const DefaultCallTimeout = 5 * time.Second
 // namespace only (deploy/ installs it in berth-system): a Role, never rights
 // over the Leases of kube-system or kube-node-lease.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=berth-system
+// The election records its events as core Events there.
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=berth-system
 
 // BerthLeaseReconciler reconciles BerthLease resources by holding (or
 // renewing) a lease against the central API server and applying the

@@ -113,6 +113,22 @@ func argsOf(spec corev1.PodSpec) []string { return spec.Containers[0].Args }
 
 func hasArg(args []string, arg string) bool { return slices.Contains(args, arg) }
 
+// absent stands for a field the chart does not render.
+const absent = "<absent>"
+
+// grants reports whether a rendered role grants anything on resource.
+func grants(t *testing.T, role *unstructured.Unstructured, resource string) bool {
+	t.Helper()
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	for _, r := range rules {
+		res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+		if slices.Contains(res, resource) {
+			return true
+		}
+	}
+	return false
+}
+
 func webhookCABundles(t *testing.T, r rendered) map[string]string {
 	t.Helper()
 	out := map[string]string{}
@@ -121,7 +137,10 @@ func webhookCABundles(t *testing.T, r rendered) map[string]string {
 		hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
 		for _, h := range hooks {
 			name, _, _ := unstructured.NestedString(h.(map[string]any), "name")
-			ca, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "caBundle")
+			ca, found, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "caBundle")
+			if !found {
+				ca = absent
+			}
 			out[name] = ca
 		}
 	}
@@ -185,9 +204,12 @@ func TestAgentChart(t *testing.T) {
 				r.get(t, "Role", "berth-agent")
 				r.get(t, "ClusterRole", "berth-agent")
 				for hook, ca := range webhookCABundles(t, r) {
-					if ca != "" {
-						t.Errorf("webhook %s caBundle %q: want empty until the agent patches it in", hook, ca)
+					if ca != absent {
+						t.Errorf("webhook %s caBundle %q: want none rendered (the agent owns the field)", hook, ca)
 					}
+				}
+				if !grants(t, r.get(t, "ClusterRole", "berth-agent"), "validatingwebhookconfigurations") || !grants(t, r.get(t, "Role", "berth-agent"), "secrets") {
+					t.Error("the agent may not manage its certificate in agent mode")
 				}
 				vap := r.get(t, "ValidatingAdmissionPolicy", "berth-managed-pods")
 				if y, _ := json.Marshal(vap.Object); !strings.Contains(string(y), `system:serviceaccount:berth-system:berth-agent`) {
@@ -227,6 +249,14 @@ func TestAgentChart(t *testing.T) {
 				}
 				r.get(t, "Certificate", "berth-agent-webhook")
 				r.get(t, "Issuer", "berth-agent-webhook-ca")
+				for hook, ca := range webhookCABundles(t, r) {
+					if ca != absent {
+						t.Errorf("webhook %s caBundle %q: want none rendered (cert-manager's injector owns the field)", hook, ca)
+					}
+				}
+				if grants(t, r.get(t, "ClusterRole", "berth-agent"), "validatingwebhookconfigurations") || grants(t, r.get(t, "Role", "berth-agent"), "secrets") {
+					t.Error("the agent gets rights on Secrets or webhook registrations under cert-manager")
+				}
 				r.get(t, "Issuer", "berth-agent-selfsigned")
 				d := into[appsv1.Deployment](t, r.get(t, "Deployment", "berth-agent"))
 				if args := argsOf(d.Spec.Template.Spec); slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--webhook-cert-secret") }) {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -55,6 +56,20 @@ func TestInstalledWithHelm(t *testing.T) {
 	if err := waiting.AwaitAdmission(t.Context()); err != nil {
 		t.Errorf("%s after the upgrade: %v", waiting.Name, err)
 	}
+
+	// Upgrades that would leave the holder's Pods running with nobody to stop them are
+	// refused: a new ServiceAccount (the running agent would lose its rights at once) and
+	// managed workloads turned off (the agent would release without stopping its Pods).
+	for value, want := range map[string]string{
+		"serviceAccount.name=berth-agent-2": "serviceAccount.name cannot change",
+		"managedWorkloads=false":            "managedWorkloads cannot be turned off",
+	} {
+		err := r.Member(holder).UpgradeAgentChart(t.Context(), value)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("upgrade of the holder with %s: %v, want a refusal saying %q", value, err, want)
+		}
+	}
+	r.stable(t, holder, ttl)
 
 	// The holder cluster is lost: its control plane and its agent die.
 	lost := r.Member(holder)

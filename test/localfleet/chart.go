@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -33,9 +34,6 @@ const agentNamespace = "berth-system"
 // The ports a kubelet would give the Pod are free ports of this machine: the webhook
 // Service's port equals the agent's, as the API server dials the Service's port.
 func (m *Member) installAgentChart(ctx context.Context) error {
-	if m.chartValues != nil { // an upgrade: the same values again
-		return charts.Install(ctx, m.Cluster.KubeconfigPath, charts.Agent, charts.Agent, agentNamespace, m.chartValues)
-	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace, Labels: map[string]string{
 		"pod-security.kubernetes.io/enforce": "restricted",
 	}}}
@@ -108,5 +106,10 @@ func (m *Member) startChartAgent(ctx context.Context, clusterID string) error {
 }
 
 // UpgradeAgentChart runs the chart's upgrade with the same values again, as a GitOps sync
-// or `helm upgrade` does.
-func (m *Member) UpgradeAgentChart(ctx context.Context) error { return m.installAgentChart(ctx) }
+// or `helm upgrade` does, and with more values if given.
+func (m *Member) UpgradeAgentChart(ctx context.Context, more ...string) error {
+	if m.chartValues == nil {
+		return fmt.Errorf("%s: the chart is not installed", m.Name)
+	}
+	return charts.Install(ctx, m.Cluster.KubeconfigPath, charts.Agent, charts.Agent, agentNamespace, append(slices.Clone(m.chartValues), more...))
+}

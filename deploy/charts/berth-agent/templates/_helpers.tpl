@@ -63,22 +63,6 @@ berth-agent-webhook-tls
 {{- end -}}
 {{- end -}}
 
-{{/*
-The webhook registrations' caBundle. In agent mode the agent patches it in; an upgrade keeps
-what the agent wrote, so that the fail-closed webhooks never lose their trust.
-*/}}
-{{- define "berth-agent.caBundle" -}}
-{{- $mode := .Values.webhook.certificates.mode -}}
-{{- if eq $mode "secret" -}}
-{{- .Values.webhook.certificates.secret.caBundle | b64enc -}}
-{{- else if eq $mode "agent" -}}
-{{- $cfg := lookup "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" "" "berth-workload-admission" -}}
-{{- if and $cfg $cfg.webhooks -}}
-{{- (index $cfg.webhooks 0).clientConfig.caBundle | default "" -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-
 {{/* Annotations of the webhook registrations: cert-manager's CA injector in its mode. */}}
 {{- define "berth-agent.webhookAnnotations" -}}
 {{- if eq .Values.webhook.certificates.mode "certManager" -}}
@@ -96,9 +80,29 @@ berth.skaphos.io/ca-bundle-from: {{ .Values.webhook.certificates.mode }}
 {{- if not (or .Values.leaseApi.token.existingSecret .Values.leaseApi.token.value) -}}
 {{- fail "leaseApi.token: set existingSecret (a Secret holding this cluster's lease API token) or value" -}}
 {{- end -}}
+{{- include "berth-agent.validateUpgrade" . -}}
 {{- if and .Values.managedWorkloads (eq .Values.webhook.certificates.mode "secret") -}}
 {{- if not (and .Values.webhook.certificates.secret.name .Values.webhook.certificates.secret.caBundle) -}}
 {{- fail "webhook.certificates.mode secret needs webhook.certificates.secret.name (a kubernetes.io/tls Secret) and webhook.certificates.secret.caBundle (its CA, PEM)" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+validateUpgrade refuses the upgrades that would leave managed Pods running with nobody to
+stop them (docs/install.md, Upgrades). It reads the running Deployment, so `helm template`
+(no cluster) skips it; allowUnsafeUpgrade skips it too.
+*/}}
+{{- define "berth-agent.validateUpgrade" -}}
+{{- $running := lookup "apps/v1" "Deployment" .Release.Namespace (include "berth-agent.fullname" .) -}}
+{{- if and $running (not .Values.allowUnsafeUpgrade) -}}
+{{- $sa := $running.spec.template.spec.serviceAccountName | default "" -}}
+{{- if and $sa (ne $sa (include "berth-agent.serviceAccountName" .)) -}}
+{{- fail (printf "serviceAccount.name cannot change in an upgrade (the running agent is %s): the running agent would lose its rights at once, while its managed Pods may run. Cordon the cluster until it holds no lease (berthctl cordon <cluster>), uninstall, install again, uncordon" $sa) -}}
+{{- end -}}
+{{- $args := (index $running.spec.template.spec.containers 0).args | default list -}}
+{{- if and (has "--managed-workloads" $args) (not .Values.managedWorkloads) -}}
+{{- fail "managedWorkloads cannot be turned off in an upgrade: the agent would then release its leases without stopping the managed Pods it let run. Cordon the cluster until it holds no lease (berthctl cordon <cluster>), then upgrade with --set allowUnsafeUpgrade=true" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
