@@ -325,7 +325,7 @@ func (r *replica) checkServed(t *testing.T, addr string, bundle, certPEM []byte)
 		if last = err; err != nil {
 			return false, nil
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		got := conn.(*tls.Conn).ConnectionState().PeerCertificates[0]
 		if !got.Equal(want) {
 			last = fmt.Errorf("served serial %s, want %s", got.SerialNumber, want.SerialNumber)
