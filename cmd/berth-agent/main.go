@@ -80,7 +80,7 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "requests per second the agent sends to each cluster's API server, sustained (client-side rate limit)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "requests the agent may send to each cluster's API server in a burst above --kube-api-qps")
 	fs.IntVar(&o.concurrentReconciles, "concurrent-reconciles", reconciler.DefaultConcurrentReconciles, "BerthLeases reconciled at once (in fleet mode: over all clusters)")
-	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	flags.Version(fs, &o.showVersion)
 }
 
 func (o *options) validate() error {
@@ -142,7 +142,7 @@ func main() {
 		os.Exit(0)
 	}
 	if err == nil && o.showVersion {
-		fmt.Println(versionLine())
+		fmt.Println(flags.VersionLine("berth-agent", version))
 		os.Exit(0)
 	}
 	var log logr.Logger
@@ -162,9 +162,6 @@ func main() {
 		os.Exit(1)
 	}
 }
-
-// versionLine is what --version prints.
-func versionLine() string { return "berth-agent " + version }
 
 // parseFlags reads the command line: the agent's flags, the logging flags,
 // and controller-runtime's --kubeconfig, which it registers on goFlags.

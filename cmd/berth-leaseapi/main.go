@@ -28,7 +28,7 @@ func main() {
 		os.Exit(0)
 	}
 	if err == nil && o.showVersion {
-		fmt.Println(versionLine())
+		fmt.Println(flags.VersionLine("berth-leaseapi", version))
 		os.Exit(0)
 	}
 	var log logr.Logger
@@ -47,9 +47,6 @@ func main() {
 		os.Exit(1)
 	}
 }
-
-// versionLine is what --version prints.
-func versionLine() string { return "berth-leaseapi " + version }
 
 // parseFlags reads the command line: the server's flags and the logging
 // flags (JSON lines by default).
@@ -111,7 +108,7 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&o.watch.MaxWatches, "max-watches", server.DefaultMaxWatches, "most watch streams open at once; more are answered 429")
 	fs.IntVar(&o.watch.MaxWatchesPerSubject, "max-watches-per-subject", server.DefaultMaxWatchesPerSubject, "most watch streams one subject may have open; more are answered 429")
 	fs.DurationVar(&o.watch.MaxDuration, "watch-max-duration", server.DefaultMaxWatchDuration, "longest a watch stream lasts (less up to a tenth, at random) before its client resumes, so that streams rebalance across replicas")
-	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	flags.Version(fs, &o.showVersion)
 }
 
 func (o *options) admins() []string {

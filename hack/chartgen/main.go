@@ -15,6 +15,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -157,10 +158,8 @@ func templatize(s string) ([]byte, error) {
 	return []byte(s), nil
 }
 
-func b64(s string) string {
-	y, _ := yaml.Marshal([]byte(s)) // a []byte marshals as its base64 string
-	return strings.TrimSpace(string(y))
-}
+// b64 is how a []byte field such as caBundle appears in the rendered YAML.
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
 // rbacRules reads controller-gen's deploy/rbac/role.yaml (a ClusterRole, and a Role in the
 // agent's namespace) and returns the rules of each as YAML lists, the rules that manage the

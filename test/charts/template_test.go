@@ -1,6 +1,7 @@
 package charts
 
 import (
+	stdcmp "cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -343,7 +344,7 @@ func TestAgentChart(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			r, err := render(t, orDefault(tc.release, Agent), Agent, orDefault(tc.namespace, "berth-system"), tc.values)
+			r, err := render(t, stdcmp.Or(tc.release, Agent), Agent, stdcmp.Or(tc.namespace, "berth-system"), tc.values)
 			checkOutcome(t, err, tc.wantErr)
 			if err == nil && tc.check != nil {
 				tc.check(t, r)
@@ -543,11 +544,4 @@ func checkOutcome(t *testing.T, err error, wantErr string) {
 	case wantErr != "" && !strings.Contains(err.Error(), wantErr):
 		t.Fatalf("error %v, want one naming %q", err, wantErr)
 	}
-}
-
-func orDefault(s, fallback string) string {
-	if s == "" {
-		return fallback
-	}
-	return s
 }

@@ -109,6 +109,18 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// loseHolder stops the holder cluster's agent and control plane at once, as the loss of
+// the cluster would, and waits until another cluster runs every replica.
+func (r *run) loseHolder(t *testing.T, holder string) (string, time.Duration) {
+	t.Helper()
+	lost := r.Member(holder)
+	lost.StopAgent()
+	if err := lost.Cluster.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return r.runner(t, ttl+30*time.Second, "another cluster runs after the holder cluster was lost", holder)
+}
+
 // stable fails the test if the runner changes during d.
 func (r *run) stable(t *testing.T, runner string, d time.Duration) {
 	t.Helper()

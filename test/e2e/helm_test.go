@@ -72,12 +72,7 @@ func TestInstalledWithHelm(t *testing.T) {
 	r.stable(t, holder, ttl)
 
 	// The holder cluster is lost: its control plane and its agent die.
-	lost := r.Member(holder)
-	lost.StopAgent()
-	if err := lost.Cluster.Stop(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	next, took := r.runner(t, ttl+30*time.Second, "another cluster runs after the holder cluster was lost", holder)
+	next, took := r.loseHolder(t, holder)
 	t.Logf("cluster %s lost: %s runs %s later (TTL %s)", holder, next, took.Round(time.Millisecond), ttl)
 	r.record(t, "holder cluster lost (installed with Helm)", took)
 }

@@ -208,12 +208,7 @@ func TestFailover(t *testing.T) {
 	t.Logf("BerthLease made anew in %s: its Pods were recycled under the new UID in %s", waiting.Name, recycled.Round(time.Millisecond))
 
 	// The holder cluster is lost: its control plane and its agent die.
-	lost := r.Member(next)
-	lost.StopAgent()
-	if err := lost.Cluster.Stop(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	third, took := r.runner(t, ttl+30*time.Second, "another cluster runs after the holder cluster was lost", next)
+	third, took := r.loseHolder(t, next)
 	t.Logf("cluster %s lost: %s runs %s later (TTL %s)", next, third, took.Round(time.Millisecond), ttl)
 	if took > ttl+15*time.Second {
 		t.Errorf("takeover after a lost cluster took %s, want within the TTL plus a few seconds", took)

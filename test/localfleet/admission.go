@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/berthfleet/berth/admission"
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/builders"
+	"github.com/berthfleet/berth/test/charts"
 	"github.com/berthfleet/berth/test/poll"
 )
 
@@ -51,7 +51,7 @@ func (m *Member) grantAgentAccess(ctx context.Context) error {
 // agent's namespace) and returns what installs it for the agent's user:
 // the namespace, the roles and their bindings.
 func agentRBAC() ([]ctrlclient.Object, error) {
-	data, err := os.ReadFile(filepath.Join(repoDir(), "deploy", "rbac", "role.yaml"))
+	data, err := os.ReadFile(filepath.Join(charts.RepoDir(), "deploy", "rbac", "role.yaml"))
 	if err != nil {
 		return nil, err
 	}
@@ -132,10 +132,4 @@ func (m *Member) AwaitAdmission(ctx context.Context) error {
 		return fmt.Errorf("%s: admission is not in effect: %w (last: %v)", m.Name, err, last)
 	}
 	return nil
-}
-
-// repoDir is this module's root, wherever the caller runs from.
-func repoDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
 }

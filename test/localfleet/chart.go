@@ -3,9 +3,11 @@ package localfleet
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -74,12 +76,10 @@ func (m *Member) installAgentChart(ctx context.Context) error {
 // metricsPort is the port of the member's /metrics, or a free one when the fleet serves
 // none (the chart always serves metrics).
 func (m *Member) metricsPort() (int, error) {
-	if _, port, ok := strings.Cut(m.metricsAddr, ":"); ok {
-		var p int
-		_, err := fmt.Sscan(port, &p)
-		return p, err
+	if _, port, err := net.SplitHostPort(m.metricsAddr); err == nil {
+		return strconv.Atoi(port)
 	}
-	return freeport.Port()
+	return freeport.Port() // "0": the fleet serves no metrics
 }
 
 // startChartAgent runs the chart's agent Deployment as a local process (test/podrun), as

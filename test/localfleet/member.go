@@ -127,7 +127,7 @@ func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*
 }
 
 // crdDir is deploy/crd of this module, wherever the caller runs from.
-func crdDir() string { return filepath.Join(repoDir(), "deploy", "crd") }
+func crdDir() string { return filepath.Join(charts.RepoDir(), "deploy", "crd") }
 
 func (m *Member) certDir() string { return filepath.Join(m.dir, "webhook-certs") }
 

@@ -17,6 +17,15 @@ func Parse(fs *pflag.FlagSet, args []string) error {
 	return fs.Parse(GoStyle(fs, args))
 }
 
+// Version binds --version to show. A command that finds it set prints
+// VersionLine and exits before it checks any other flag.
+func Version(fs *pflag.FlagSet, show *bool) {
+	fs.BoolVar(show, "version", false, "print the version and exit")
+}
+
+// VersionLine is what --version prints: the command's name and version.
+func VersionLine(command, version string) string { return command + " " + version }
+
 // GoStyle returns args with every single-dash long flag that fs defines
 // spelled with two dashes.
 func GoStyle(fs *pflag.FlagSet, args []string) []string {

@@ -48,3 +48,33 @@ func TestParseAcceptsGoSpellings(t *testing.T) {
 		t.Errorf("parsed cluster-id=%q leader-elect=%v v=%d; want east, true, 2", *id, *elect, *v)
 	}
 }
+
+func TestVersion(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		want bool
+	}{
+		"absent":             {want: false},
+		"--version":          {args: []string{"--version"}, want: true},
+		"Go flag's -version": {args: []string{"-version"}, want: true},
+		"--version=false":    {args: []string{"--version=false"}, want: false},
+		"with other flags":   {args: []string{"--listen", ":8443", "--version"}, want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			fs.String("listen", "", "")
+			var show bool
+			Version(fs, &show)
+			if err := Parse(fs, tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if show != tc.want {
+				t.Errorf("show = %t, want %t", show, tc.want)
+			}
+		})
+	}
+	if got, want := VersionLine("berth-agent", "v1.2.3"), "berth-agent v1.2.3"; got != want {
+		t.Errorf("VersionLine = %q, want %q", got, want)
+	}
+}
