@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -40,30 +41,52 @@ func TestWatchAcrossPostgresReplicas(t *testing.T) {
 			t.Errorf("WatchLeases at B: %v", err)
 		}
 	})
-	// next is the next change, past the resets of B's feed (re)starting.
-	next := func(what string) (string, time.Duration) {
+	// next is the next change of lease name, past the resets of B's feed
+	// (re)starting and the changes of other leases.
+	next := func(name string, within time.Duration) (string, time.Duration, bool) {
 		t.Helper()
 		start := time.Now()
+		timeout := time.After(within)
 		for {
 			select {
 			case c := <-changes:
-				if c != "RESET" {
-					return c, time.Since(start)
+				if c != "RESET" && strings.HasPrefix(c, name+" ") {
+					return c, time.Since(start), true
 				}
-			case <-time.After(20 * time.Second):
-				t.Fatalf("%s: nothing at replica B within 20 s", what)
+			case <-timeout:
+				return "", time.Since(start), false
 			}
 		}
 	}
 	if c := <-changes; c != "RESET" {
 		t.Fatalf("first event %q, want a reset", c)
 	}
+	// B starts listening to the store's change feed in the background, so a
+	// change made before that reaches B's watchers only as a reset (which
+	// tells them to read again). Change a lease of its own through A until B
+	// sends the change itself: from then on B's feed is live.
+	warm := false
+	for i := 0; i < 20 && !warm; i++ {
+		w, err := ca.Acquire(ctx, "replicas", "warm-up", "east", time.Minute)
+		if err != nil || !w.Acquired {
+			t.Fatalf("acquire warm-up through A: %+v, %v", w, err)
+		}
+		_, _, warm = next("warm-up", time.Second)
+		if err := ca.Release(ctx, "replicas", "warm-up", "east", w.FencingToken); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !warm {
+		t.Fatal("replica B sent no change made through A within 20 tries")
+	}
 
 	held, err := ca.Acquire(ctx, "replicas", "handover", "east", time.Minute)
 	if err != nil || !held.Acquired {
 		t.Fatalf("acquire through A: %+v, %v", held, err)
 	}
-	if c, took := next("acquire through A"); c != "handover east#1" {
+	if c, took, ok := next("handover", 20*time.Second); !ok {
+		t.Fatal("acquire through A: nothing at replica B within 20 s")
+	} else if c != "handover east#1" {
 		t.Fatalf("after an acquire through A, B sent %q", c)
 	} else {
 		t.Logf("B's watch had the acquire %s after A answered it", took.Round(time.Millisecond))
@@ -74,7 +97,9 @@ func TestWatchAcrossPostgresReplicas(t *testing.T) {
 	if err := ca.Release(ctx, "replicas", "handover", "east", held.FencingToken); err != nil {
 		t.Fatal(err)
 	}
-	if c, took := next("release through A"); c != "handover #1" {
+	if c, took, ok := next("handover", 20*time.Second); !ok {
+		t.Fatal("release through A: nothing at replica B within 20 s")
+	} else if c != "handover #1" {
 		t.Fatalf("after a renewal and a release through A, B sent %q, want the release", c)
 	} else {
 		t.Logf("B's watch had the release %s after A answered it", took.Round(time.Millisecond))
