@@ -35,6 +35,11 @@ const (
 	ReasonLeaseNameInUse      = berthv1alpha1.LeaseNameInUseReason
 	ReasonRevoked             = berthv1alpha1.RevokedReason
 	ReasonRecovering          = berthv1alpha1.RecoveringReason
+	ReasonRegistrationRefused = berthv1alpha1.RegistrationRefusedReason
+	ReasonActive              = berthv1alpha1.ActiveReason
+	ReasonStandby             = berthv1alpha1.StandbyReason
+	ReasonAcquiring           = berthv1alpha1.AcquiringReason
+	ReasonStuckStopping       = berthv1alpha1.StuckStoppingReason
 )
 
 // statusInput is what the status is computed from.
@@ -50,6 +55,9 @@ type statusInput struct {
 	yieldReason, yieldMessage string
 	// shadowedBy names the older BerthLease that names the same lease.
 	shadowedBy string
+	// ttl is the lease's term: Pods stopping for more than twice as long
+	// are stuck.
+	ttl time.Duration
 }
 
 // computeStatus is the status the facts describe. It is pure: conditions keep
@@ -99,7 +107,121 @@ func computeStatus(old berthv1alpha1.BerthLeaseStatus, in statusInput) berthv1al
 	heartbeat := heartbeatCondition(in)
 	heartbeat.ObservedGeneration = in.generation
 	apimeta.SetStatusCondition(&st.Conditions, heartbeat)
+	setHealth(&st.Conditions, health(in, acquired, heartbeat, stoppingSince(old.Conditions, f.Now)), in.generation, f.Now)
 	return *st
+}
+
+// healthState is what the Ready, Reconciling and Stalled conditions say.
+type healthState struct {
+	ready metav1.Condition
+	// reconciling and stalled are nil when False: they are written only
+	// while True.
+	reconciling, stalled *metav1.Condition
+}
+
+// stuckStoppingAfter is how long Pods may be stopping before the
+// BerthLease reports itself stalled: twice the TTL. The agent deletes them
+// with a grace period within the TTL, so Pods still there after twice as
+// long are held by something it cannot remove (a finalizer, an unreachable
+// node's kubelet).
+func stuckStoppingAfter(ttl time.Duration) time.Duration { return 2 * ttl }
+
+// stoppingSince is since when status says the Pods are stopping (the
+// transition time of Reconciling/Stopping, or of Stalled/StuckStopping,
+// which keeps it), or now.
+func stoppingSince(conds []metav1.Condition, now time.Time) time.Time {
+	if c := apimeta.FindStatusCondition(conds, ConditionReconciling); c != nil && c.Reason == ReasonStopping {
+		return c.LastTransitionTime.Time
+	}
+	if c := apimeta.FindStatusCondition(conds, ConditionStalled); c != nil && c.Reason == ReasonStuckStopping {
+		return c.LastTransitionTime.Time
+	}
+	return now
+}
+
+// health sums the lease's conditions up as kstatus reads them: Ready while
+// this cluster does its part (it runs the workload, or stands by with a
+// healthy agent), Reconciling on the way there, Stalled when it cannot get
+// there without help. since is since when the Pods are stopping, if they
+// are (stoppingSince).
+func health(in statusInput, acquired, heartbeat metav1.Condition, since time.Time) healthState {
+	f := in.facts
+	notReady := func(reason, message string) metav1.Condition {
+		return metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message}
+	}
+	stalled := func(reason, message string) healthState {
+		return healthState{
+			ready:   notReady(reason, message),
+			stalled: &metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: reason, Message: message},
+		}
+	}
+	progressing := func(reason, message string) healthState {
+		return healthState{
+			ready:       notReady(reason, message),
+			reconciling: &metav1.Condition{Type: ConditionReconciling, Status: metav1.ConditionTrue, Reason: reason, Message: message},
+		}
+	}
+	ready := func(reason, message string) healthState {
+		return healthState{ready: metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: reason, Message: message}}
+	}
+	switch {
+	case in.specErr != nil:
+		return stalled(ReasonInvalidSpec, acquired.Message)
+	case heartbeat.Reason == ReasonSelfFenced:
+		return stalled(ReasonSelfFenced, "self-fenced: "+heartbeat.Message)
+	case in.yieldReason == ReasonRegistrationRefused:
+		return stalled(ReasonRegistrationRefused, in.yieldMessage)
+	case acquired.Reason == ReasonLeaseNameInUse:
+		return stalled(ReasonLeaseNameInUse, acquired.Message)
+	case acquired.Reason == ReasonStopping:
+		if after := stuckStoppingAfter(in.ttl); in.ttl > 0 && f.Now.Sub(since) > after {
+			h := stalled(ReasonStuckStopping, fmt.Sprintf("%d Pod(s) have been stopping for more than %s (twice the TTL): something keeps them (a finalizer, an unreachable node); the lease is not given up until they are gone", f.RunningPods, after))
+			// The stop's start, so that the next status still knows it.
+			h.stalled.LastTransitionTime = metav1.NewTime(since)
+			return h
+		}
+		h := progressing(ReasonStopping, acquired.Message)
+		h.reconciling.LastTransitionTime = metav1.NewTime(since)
+		return h
+	case heartbeat.Status != metav1.ConditionTrue:
+		return stalled(heartbeat.Reason, heartbeat.Message)
+	case acquired.Status == metav1.ConditionTrue:
+		return ready(ReasonActive, fmt.Sprintf("active: %s; %d of %d Pod(s) running", acquired.Message, f.RunningPods, in.managed))
+	case acquired.Reason == ReasonHeldByOther, acquired.Reason == ReasonReleased:
+		return ready(ReasonStandby, fmt.Sprintf("standby: %s; %d Pod(s) wait behind the gate", acquired.Message, f.GatedPods))
+	case acquired.Reason == ReasonCordoned:
+		return ready(ReasonStandby, "standby: "+acquired.Message)
+	case acquired.Reason == ReasonFree:
+		return progressing(ReasonAcquiring, acquired.Message)
+	}
+	// Recovering, Revoked, Deleting, Unregistered, Leaving: on the way.
+	return progressing(acquired.Reason, acquired.Message)
+}
+
+// setHealth writes h into conds: Ready always, Reconciling and Stalled
+// only while True. A Reconciling condition whose reason changes starts
+// anew (its transition time says since when the cluster is at it).
+func setHealth(conds *[]metav1.Condition, h healthState, generation int64, now time.Time) {
+	h.ready.ObservedGeneration = generation
+	apimeta.SetStatusCondition(conds, h.ready)
+	for _, x := range []struct {
+		typ string
+		c   *metav1.Condition
+	}{{ConditionReconciling, h.reconciling}, {ConditionStalled, h.stalled}} {
+		typ, c := x.typ, x.c
+		if c == nil {
+			apimeta.RemoveStatusCondition(conds, typ)
+			continue
+		}
+		c.ObservedGeneration = generation
+		if old := apimeta.FindStatusCondition(*conds, typ); old != nil && old.Reason != c.Reason {
+			apimeta.RemoveStatusCondition(conds, typ)
+		}
+		if c.LastTransitionTime.IsZero() && !now.IsZero() {
+			c.LastTransitionTime = metav1.NewTime(now)
+		}
+		apimeta.SetStatusCondition(conds, *c)
+	}
 }
 
 func acquiredCondition(in statusInput) metav1.Condition {
@@ -214,6 +336,7 @@ func (r *BerthLeaseReconciler) writeStatus(ctx context.Context, bl *berthv1alpha
 			generation: bl.Generation, holder: p.holder, facts: p.facts, decision: d,
 			tenure: p.tenure, specErr: p.specErr, managed: p.managed,
 			yieldReason: p.yieldReason, yieldMessage: p.yieldMessage, shadowedBy: p.shadowedBy,
+			ttl: p.ttl,
 		})
 		if equality.Semantic.DeepEqual(st, old) {
 			return nil

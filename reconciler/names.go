@@ -16,6 +16,9 @@ const (
 const (
 	ConditionAcquired         = berthv1alpha1.AcquiredCondition
 	ConditionHeartbeatHealthy = berthv1alpha1.HeartbeatHealthyCondition
+	ConditionReady            = berthv1alpha1.ReadyCondition
+	ConditionReconciling      = berthv1alpha1.ReconcilingCondition
+	ConditionStalled          = berthv1alpha1.StalledCondition
 )
 
 // Names on managed Pods, and the phases of status.phase.

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -88,8 +89,20 @@ func summarize(st berthv1alpha1.BerthLeaseStatus) summary {
 		ObservedGeneration: st.ObservedGeneration,
 		ManagedPods:        st.ManagedPods, RunningPods: st.RunningPods, GatedPods: st.GatedPods,
 		Acquired: c(ConditionAcquired), HeartbeatHealthy: c(ConditionHeartbeatHealthy),
-		Conditions: len(st.Conditions),
+		Conditions: len(st.Conditions) - len(healthOf(st)),
 	}
+}
+
+// healthOf is the Ready, Reconciling and Stalled conditions of st, as
+// "Type=Status/Reason: message".
+func healthOf(st berthv1alpha1.BerthLeaseStatus) []string {
+	var out []string
+	for _, typ := range []string{ConditionReady, ConditionReconciling, ConditionStalled} {
+		if c := apimeta.FindStatusCondition(st.Conditions, typ); c != nil {
+			out = append(out, fmt.Sprintf("%s=%s/%s: %s", c.Type, c.Status, c.Reason, c.Message))
+		}
+	}
+	return out
 }
 
 func TestStatusCompute(t *testing.T) {
@@ -312,6 +325,9 @@ func TestStatusTransitionTimes(t *testing.T) {
 			got := computeStatus(tc.old, tc.in)
 			kept := map[string]bool{}
 			for _, c := range got.Conditions {
+				if c.Type == ConditionReady || c.Type == ConditionReconciling || c.Type == ConditionStalled {
+					continue // TestStatusHealth
+				}
 				kept[c.Type] = c.LastTransitionTime.Equal(&long)
 				if c.ObservedGeneration != tc.in.generation {
 					t.Errorf("condition %s has observedGeneration %d, want %d", c.Type, c.ObservedGeneration, tc.in.generation)
@@ -461,5 +477,157 @@ func TestStatusTransitionsFromCompute(t *testing.T) {
 			t.Errorf("step %d: Event reasons mismatch (-want +got):\n%s", i, diff)
 		}
 		st = next
+	}
+}
+
+// TestStatusHealth: the Ready, Reconciling and Stalled conditions that
+// kstatus, Flux and Argo CD read. A standby cluster with a healthy agent is
+// Ready; failures are Stalled with a reason a person understands.
+func TestStatusHealth(t *testing.T) {
+	refused := func(in *statusInput) {
+		in.facts.Cordoned = true
+		in.yieldReason, in.yieldMessage = ReasonRegistrationRefused, `cluster id "cluster-a" is registered by another cluster`
+	}
+	ttl := func(in *statusInput) { in.ttl = 6 * time.Second }
+	stoppingSince := func(ago time.Duration) berthv1alpha1.BerthLeaseStatus {
+		var st berthv1alpha1.BerthLeaseStatus
+		apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReconciling, Status: metav1.ConditionTrue, Reason: ReasonStopping, LastTransitionTime: metav1.NewTime(t0.Add(-ago))})
+		return st
+	}
+	stopping1 := "stopping 1 running Pod(s) before giving the lease up"
+
+	cases := map[string]struct {
+		old  berthv1alpha1.BerthLeaseStatus
+		in   statusInput
+		want []string
+	}{
+		"active": {
+			in:   input(facts(withTerm(heldTerm()), withRunning(2), withGated(1)), observed(granted(us, 7)), ttl),
+			want: []string{"Ready=True/Active: active: held by cluster-a with fencing token 7; 2 of 3 Pod(s) running"},
+		},
+		"standby, held by another cluster": {
+			in:   input(facts(withGated(2)), observed(granted(other, 8)), ttl),
+			want: []string{"Ready=True/Standby: standby: held by cluster-b with fencing token 8; 2 Pod(s) wait behind the gate"},
+		},
+		"standby, released by the last holder": {
+			in:   input(facts(), observed(client.AcquireResult{FencingToken: 7}), ttl),
+			want: []string{"Ready=True/Standby: standby: released with fencing token 7; 0 Pod(s) wait behind the gate"},
+		},
+		"standby, cordoned": {
+			in:   input(facts(cordoned, withGated(1)), observed(granted(other, 8)), ttl),
+			want: []string{"Ready=True/Standby: standby: this cluster is cordoned at the lease API; it takes no leases until uncordoned"},
+		},
+		"free, acquiring": {
+			in: input(facts(), ttl),
+			want: []string{
+				"Ready=False/Acquiring: the lease is free; acquiring",
+				"Reconciling=True/Acquiring: the lease is free; acquiring",
+			},
+		},
+		"stopping": {
+			in: input(facts(withRunning(1)), observed(granted(other, 8)), ttl),
+			want: []string{
+				"Ready=False/Stopping: " + stopping1,
+				"Reconciling=True/Stopping: " + stopping1,
+			},
+		},
+		"stopping for less than twice the TTL": {
+			old: stoppingSince(11 * time.Second),
+			in:  input(facts(withRunning(1)), observed(granted(other, 8)), ttl),
+			want: []string{
+				"Ready=False/Stopping: " + stopping1,
+				"Reconciling=True/Stopping: " + stopping1,
+			},
+		},
+		"stuck stopping": {
+			old: stoppingSince(13 * time.Second),
+			in:  input(facts(withRunning(1)), observed(granted(other, 8)), ttl),
+			want: []string{
+				"Ready=False/StuckStopping: 1 Pod(s) have been stopping for more than 12s (twice the TTL): something keeps them (a finalizer, an unreachable node); the lease is not given up until they are gone",
+				"Stalled=True/StuckStopping: 1 Pod(s) have been stopping for more than 12s (twice the TTL): something keeps them (a finalizer, an unreachable node); the lease is not given up until they are gone",
+			},
+		},
+		"self-fenced": {
+			in: input(facts(withTerm(pastDeadlineTerm()), withRunning(1)), observed(granted(us, 7)), apiErr(errUnreachable), selfFenced, ttl),
+			want: []string{
+				"Ready=False/SelfFenced: self-fenced: the local deadline passed without a renewal; Pods are stopped whether or not the lease API answers",
+				"Stalled=True/SelfFenced: self-fenced: the local deadline passed without a renewal; Pods are stopped whether or not the lease API answers",
+			},
+		},
+		"registration refused": {
+			in: input(facts(), refused, ttl),
+			want: []string{
+				`Ready=False/RegistrationRefused: cluster id "cluster-a" is registered by another cluster`,
+				`Stalled=True/RegistrationRefused: cluster id "cluster-a" is registered by another cluster`,
+			},
+		},
+		"lease API unreachable": {
+			in: input(facts(), apiErr(errUnreachable), ttl),
+			want: []string{
+				"Ready=False/LeaseAPIUnreachable: " + errUnreachable.Error(),
+				"Stalled=True/LeaseAPIUnreachable: " + errUnreachable.Error(),
+			},
+		},
+		"held, renewals failing": {
+			in: input(facts(withTerm(renewDueTerm())), observed(granted(us, 7)), apiErr(errUnreachable), ttl),
+			want: []string{
+				"Ready=False/LeaseAPIUnreachable: " + errUnreachable.Error(),
+				"Stalled=True/LeaseAPIUnreachable: " + errUnreachable.Error(),
+			},
+		},
+		"invalid spec": {
+			in: input(facts(invalid), specErr(errNoHolder), ttl),
+			want: []string{
+				"Ready=False/InvalidSpec: " + errNoHolder.Error(),
+				"Stalled=True/InvalidSpec: " + errNoHolder.Error(),
+			},
+		},
+		"another BerthLease names the lease": {
+			in: input(facts(shadowed), func(in *statusInput) { in.shadowedBy = "billing" }, ttl),
+			want: []string{
+				"Ready=False/LeaseNameInUse: BerthLease billing, made earlier, names the same lease; this one waits until it is gone",
+				"Stalled=True/LeaseNameInUse: BerthLease billing, made earlier, names the same lease; this one waits until it is gone",
+			},
+		},
+		"restarted, recovering": {
+			in: input(facts(withRecover(7), withRunning(1)), ttl),
+			want: []string{
+				"Ready=False/Recovering: restarted while holding the lease with fencing token 7: renewing it before anything else",
+				"Reconciling=True/Recovering: restarted while holding the lease with fencing token 7: renewing it before anything else",
+			},
+		},
+		"deleting": {
+			in: input(facts(deleting), observed(client.AcquireResult{FencingToken: 7}), ttl),
+			want: []string{
+				"Ready=False/Deleting: the BerthLease is being deleted; the lease is given up",
+				"Reconciling=True/Deleting: the BerthLease is being deleted; the lease is given up",
+			},
+		},
+		"still stuck: the stop's start is kept": {
+			old: computeStatus(stoppingSince(13*time.Second), input(facts(withRunning(1)), observed(granted(other, 8)), ttl)),
+			in:  input(facts(withRunning(1)), observed(granted(other, 8)), ttl),
+			want: []string{
+				"Ready=False/StuckStopping: 1 Pod(s) have been stopping for more than 12s (twice the TTL): something keeps them (a finalizer, an unreachable node); the lease is not given up until they are gone",
+				"Stalled=True/StuckStopping: 1 Pod(s) have been stopping for more than 12s (twice the TTL): something keeps them (a finalizer, an unreachable node); the lease is not given up until they are gone",
+			},
+		},
+		"recovered from a failure: the abnormal conditions go": {
+			old:  computeStatus(berthv1alpha1.BerthLeaseStatus{}, input(facts(), apiErr(errUnreachable), ttl)),
+			in:   input(facts(withGated(1)), observed(granted(other, 8)), ttl),
+			want: []string{"Ready=True/Standby: standby: held by cluster-b with fencing token 8; 1 Pod(s) wait behind the gate"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := computeStatus(tc.old, tc.in)
+			if diff := cmp.Diff(tc.want, healthOf(got)); diff != "" {
+				t.Errorf("health conditions mismatch (-want +got):\n%s", diff)
+			}
+			for _, c := range got.Conditions {
+				if c.ObservedGeneration != tc.in.generation || c.LastTransitionTime.IsZero() {
+					t.Errorf("condition %s: observedGeneration %d (want %d), lastTransitionTime %v", c.Type, c.ObservedGeneration, tc.in.generation, c.LastTransitionTime)
+				}
+			}
+		})
 	}
 }

@@ -98,7 +98,10 @@ type BerthLeaseStatus struct {
 	// +optional
 	GatedPods int32 `json:"gatedPods,omitempty"`
 
-	// Conditions are Acquired and HeartbeatHealthy.
+	// Conditions are Acquired and HeartbeatHealthy, and their summary as
+	// kstatus (Flux, kubectl wait) and Argo CD read health: Ready, always
+	// (True while this cluster runs the workload or stands by with a healthy
+	// agent), and Reconciling and Stalled, only while True.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -117,6 +120,7 @@ type BerthLeaseStatus struct {
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.leaseState`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`,priority=1
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,description="Active or Standby when healthy; otherwise why not"
 // +kubebuilder:printcolumn:name="Heartbeat",type=string,JSONPath=`.status.conditions[?(@.type=="HeartbeatHealthy")].status`,description="whether the lease API renews (holder) or answers (waiting cluster)"
 // +kubebuilder:printcolumn:name="Since",type=date,JSONPath=`.status.conditions[?(@.type=="Acquired")].lastTransitionTime`,description="since when the cluster holds, or does not hold, the lease"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

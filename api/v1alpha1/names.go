@@ -49,6 +49,18 @@ const (
 const (
 	AcquiredCondition         = "Acquired"
 	HeartbeatHealthyCondition = "HeartbeatHealthy"
+
+	// ReadyCondition, ReconcilingCondition and StalledCondition summarize
+	// the others as kstatus (sigs.k8s.io/cli-utils), Flux and Argo CD read
+	// health: Ready is always written, True while the cluster does its part
+	// (it runs the workload, or it stands by with a healthy agent);
+	// Reconciling and Stalled are written only while True (kstatus's
+	// "abnormal-true" conditions): Reconciling while the cluster is on its
+	// way to one of those (acquiring, stopping, recovering), Stalled when it
+	// cannot get there without someone's help.
+	ReadyCondition       = "Ready"
+	ReconcilingCondition = "Reconciling"
+	StalledCondition     = "Stalled"
 )
 
 // Condition reasons.
@@ -79,4 +91,45 @@ const (
 	// LeavingReason: the cluster is leaving a fleet-mode agent (its
 	// kubeconfig was removed from the folder).
 	LeavingReason = "Leaving"
+
+	// Reasons of the Ready, Reconciling and Stalled conditions (the others
+	// above serve them too).
+
+	// ActiveReason: Ready; this cluster holds the lease and runs the workload.
+	ActiveReason = "Active"
+	// StandbyReason: Ready; another cluster holds the lease (or this one is
+	// cordoned) and this one's copies wait behind the gate, its agent healthy.
+	StandbyReason = "Standby"
+	// AcquiringReason: Reconciling; the lease is free and this cluster is
+	// taking it.
+	AcquiringReason = "Acquiring"
+	// StuckStoppingReason: Stalled; the managed Pods have been stopping for
+	// longer than twice the TTL (a finalizer, an unreachable node).
+	StuckStoppingReason = "StuckStopping"
+)
+
+// Annotations the agent writes on a managed workload (a Deployment,
+// StatefulSet or CronJob labelled ManagedLeaseLabel), so that GitOps health
+// checks can tell a standby copy from a broken one. HolderAnnotation and
+// FencingTokenAnnotation name the current holder and its term there too.
+const (
+	// LeaseStateAnnotation is the workload's part in the lease:
+	// WorkloadActive, WorkloadStandby or WorkloadStopping.
+	LeaseStateAnnotation = "berth.skaphos.io/lease-state"
+	// SuspendedByAnnotation marks a CronJob the agent suspended because its
+	// cluster does not hold the lease; the agent resumes only CronJobs it
+	// suspended itself.
+	SuspendedByAnnotation = "berth.skaphos.io/suspended-by"
+)
+
+// Values of LeaseStateAnnotation.
+const (
+	// WorkloadActive: this cluster holds the lease; the workload runs here.
+	WorkloadActive = "active"
+	// WorkloadStandby: another cluster runs the workload (or none does yet);
+	// the copies here wait behind the gate, CronJobs suspended.
+	WorkloadStandby = "standby"
+	// WorkloadStopping: this cluster is stopping the workload's Pods before
+	// giving the lease up.
+	WorkloadStopping = "stopping"
 )
