@@ -23,6 +23,11 @@ const (
 	ReasonValid Reason = "Valid"
 	// ReasonOperator: a change only the operator (the Berth agent) may make, made by it.
 	ReasonOperator Reason = "OperatorUser"
+	// ReasonAwaitingLease: a managed Pod created, gated, before the BerthLease it names (a
+	// GitOps tool applies in any order). It carries no UID label, so the agent never
+	// ungates it: once the BerthLease exists, the agent deletes it and its controller makes
+	// it anew, stamped.
+	ReasonAwaitingLease Reason = "AwaitingLease"
 )
 
 // Reasons for denying, in the order Decide checks them.
@@ -116,8 +121,9 @@ func podName(namespace string, pod *corev1.Pod) string {
 
 // DecideCreate decides a Pod's creation, by anyone. A Pod is managed when it carries the
 // label berthv1alpha1.ManagedLeaseLabel; lease is the BerthLease that label names. A managed Pod
-// must be created gated, not bound to a node, and stamped with the UID of the existing
-// BerthLease it names. Pods that are not managed are allowed.
+// must be created gated, not bound to a node, and stamped with the UID of the BerthLease it
+// names, or, while that BerthLease does not exist yet, with no UID label at all (the
+// workload was applied before its BerthLease). Pods that are not managed are allowed.
 func DecideCreate(namespace string, pod *corev1.Pod, lease BerthLeaseRef) Decision {
 	name := podName(namespace, pod)
 	leaseName, managed := pod.Labels[berthv1alpha1.ManagedLeaseLabel]
@@ -141,11 +147,14 @@ func DecideCreate(namespace string, pod *corev1.Pod, lease BerthLeaseRef) Decisi
 			"a managed Pod must not set spec.nodeName (%q): a Pod bound at creation would skip the scheduling gate",
 			pod.Spec.NodeName)})
 	}
+	allow := ReasonValid
 	switch {
-	case !lease.Found:
+	case !lease.Found && stamped:
 		vs = append(vs, violation{ReasonLeaseNotFound, fmt.Sprintf(
-			"label %s names BerthLease %q, which does not exist in namespace %s: create the BerthLease first",
-			berthv1alpha1.ManagedLeaseLabel, leaseName, namespaceOf(namespace, pod))})
+			"label %s is %q but BerthLease %q does not exist in namespace %s: only admission stamps that label, with the UID of an existing BerthLease",
+			berthv1alpha1.ManagedLeaseUIDLabel, uid, leaseName, namespaceOf(namespace, pod))})
+	case !lease.Found:
+		allow = ReasonAwaitingLease
 	case uid != string(lease.UID):
 		have := fmt.Sprintf("%q", uid)
 		if !stamped {
@@ -155,7 +164,7 @@ func DecideCreate(namespace string, pod *corev1.Pod, lease BerthLeaseRef) Decisi
 			"label %s is %s but BerthLease %q has UID %s: a managed Pod must name the BerthLease it runs under as it exists now",
 			berthv1alpha1.ManagedLeaseUIDLabel, have, leaseName, lease.UID)})
 	}
-	return decide(name, ReasonValid, vs)
+	return decide(name, allow, vs)
 }
 
 func namespaceOf(namespace string, pod *corev1.Pod) string {
@@ -228,7 +237,7 @@ func change(old string, had bool, new string, has bool) string {
 // scheduling gate and, when its BerthLease exists, the label berthv1alpha1.ManagedLeaseUIDLabel with the
 // BerthLease's UID. It changes pod in place and reports whether it changed anything; a
 // stamped Pod is left as it is, so the API server may call it again (reinvocation) safely.
-// A Pod whose BerthLease does not exist is still gated; validation then denies it.
+// A Pod whose BerthLease does not exist yet is gated and left without the UID label.
 func Stamp(pod *corev1.Pod, lease BerthLeaseRef) bool {
 	if _, managed := pod.Labels[berthv1alpha1.ManagedLeaseLabel]; !managed {
 		return false

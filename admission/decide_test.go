@@ -102,10 +102,19 @@ func TestDecideCreate(t *testing.T) {
 			want:        Decision{Reason: ReasonNodeNameSet},
 			wantMessage: []string{"spec.nodeName", "node-1"},
 		},
-		"BerthLease missing": {
+		"BerthLease not made yet: admitted gated, without a UID": {
+			pod:  managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel)),
+			want: Decision{Allowed: true, Reason: ReasonAwaitingLease},
+		},
+		"BerthLease not made yet, but a UID label": {
 			pod:         managedPod(),
 			want:        Decision{Reason: ReasonLeaseNotFound},
 			wantMessage: []string{`BerthLease "exporter"`, "does not exist in namespace payments"},
+		},
+		"BerthLease not made yet, ungated": {
+			pod:         managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel), withoutGates()),
+			want:        Decision{Reason: ReasonGateMissing},
+			wantMessage: []string{"scheduling gate"},
 		},
 		"UID of another BerthLease": {
 			pod:         managedPod(withLabel(berthv1alpha1.ManagedLeaseUIDLabel, "stale")),

@@ -87,8 +87,9 @@ func FuzzDecideUpdate(f *testing.F) {
 }
 
 // FuzzDecideCreate checks that DecideCreate admits a managed Pod only gated, unbound and
-// stamped with the UID of its existing BerthLease, and that Stamp makes every managed Pod
-// admissible that can be (its BerthLease exists, it names no node), idempotently.
+// stamped with the UID of its existing BerthLease, or with no UID while that BerthLease does
+// not exist, and that Stamp makes every managed Pod admissible that can be (it names no node,
+// and carries no UID label when its BerthLease is missing), idempotently.
 func FuzzDecideCreate(f *testing.F) {
 	f.Add(uint8(0b0111), "exporter", "uid", "node-1", true, "uid")
 	f.Add(uint8(0b0001), "exporter", "", "", true, "uid")
@@ -108,8 +109,10 @@ func FuzzDecideCreate(f *testing.F) {
 			t.Fatalf("UID label without lease label allowed")
 		case !managed && !stamped && !d.Allowed:
 			t.Fatalf("unmanaged Pod denied: %s", d.Message)
-		case managed && d.Allowed && (!gated(pod) || pod.Spec.NodeName != "" || !l.Found || pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel] != string(l.UID)):
+		case managed && d.Allowed && (!gated(pod) || pod.Spec.NodeName != "" || pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel] != string(l.UID)):
 			t.Fatalf("managed Pod allowed that is ungated, bound or misnamed: %+v", pod)
+		case managed && d.Allowed && !l.Found && (stamped || d.Reason != ReasonAwaitingLease):
+			t.Fatalf("managed Pod of a missing BerthLease allowed with a UID label or as %s", d.Reason)
 		case !d.Allowed && (d.Message == "" || d.Reason == ""):
 			t.Fatalf("denial without a reason or message: %+v", d)
 		}
@@ -119,7 +122,7 @@ func FuzzDecideCreate(f *testing.F) {
 		if Stamp(stampedPod.DeepCopy(), l) {
 			t.Fatalf("Stamp not idempotent")
 		}
-		if managed && l.Found && pod.Spec.NodeName == "" {
+		if managed && pod.Spec.NodeName == "" && (l.Found || !stamped) {
 			if d := DecideCreate("payments", stampedPod, l); !d.Allowed {
 				t.Fatalf("stamped Pod denied: %s", d.Message)
 			}

@@ -245,9 +245,11 @@ var bypasses = map[string]bypass{
 		try:         createPod(withUID("9f2d6f5e-0000-4000-8000-000000000000")),
 		wantWebhook: "label " + berthv1alpha1.ManagedLeaseUIDLabel + ` is "9f2d6f5e-0000-4000-8000-000000000000" but BerthLease "exporter" has UID`,
 	},
-	"managed Pod naming a BerthLease that does not exist": {
+	"managed Pod stamped with a UID, naming a BerthLease that does not exist": {
+		// Admitted without the UID label (it waits for its BerthLease, TestOrderIndependence
+		// in test/e2e), but never with a UID admission did not stamp.
 		try:         createPod(func(p *corev1.Pod) { p.Labels[berthv1alpha1.ManagedLeaseLabel] = "absent" }),
-		wantWebhook: `names BerthLease "absent", which does not exist in namespace payments`,
+		wantWebhook: `but BerthLease "absent" does not exist in namespace payments`,
 	},
 	"gated managed Pod bound through pods/binding": {
 		// The API server refuses to bind a Pod that has scheduling gates, whoever asks.
