@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -185,6 +187,9 @@ func SetupController(mgr mcmanager.Manager, wakes <-chan event.TypedGenericEvent
 		For(&berthv1alpha1.BerthLease{}, mcbuilder.WithPredicates(predicate.Funcs{UpdateFunc: notStatusOnly})).
 		Watches(&corev1.Pod{}, mchandler.EnqueueRequestsFromMapFunc(PodToBerthLease),
 			mcbuilder.WithPredicates(predicate.NewPredicateFuncs(IsManaged))).
+		Watches(&appsv1.Deployment{}, mchandler.EnqueueRequestsFromMapFunc(PodToBerthLease), workloadPredicates).
+		Watches(&appsv1.StatefulSet{}, mchandler.EnqueueRequestsFromMapFunc(PodToBerthLease), workloadPredicates).
+		Watches(&batchv1.CronJob{}, mchandler.EnqueueRequestsFromMapFunc(PodToBerthLease), workloadPredicates).
 		WatchesRawSource(source.TypedChannel(wakes, enqueueWake)).
 		// multicluster-runtime's builder does not apply the manager's
 		// SkipNameValidation itself (tests run many managers in one process).
@@ -248,6 +253,12 @@ func notStatusOnly(e event.UpdateEvent) bool {
 		!equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) ||
 		!equality.Semantic.DeepEqual(o.GetDeletionTimestamp(), n.GetDeletionTimestamp())
 }
+
+// workloadPredicates pass the events of managed workloads that may need
+// marking again: created, deleted, or their spec, labels or annotations
+// changed (not their status, which their controllers write often).
+var workloadPredicates = mcbuilder.WithPredicates(predicate.NewPredicateFuncs(IsManaged),
+	predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
 
 // IsManaged reports whether o is a managed Pod (it names a BerthLease).
 func IsManaged(o ctrlclient.Object) bool {
@@ -324,6 +335,13 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.writeStatus(ctx, bl, p, mem, d); err != nil {
 		return ctrl.Result{}, err
 	}
+	// The workloads are marked before any Pod is ungated too, so that a
+	// resumed CronJob's stale Jobs are gone first. A failure is retried but
+	// holds nothing up: no Pod of a Job that is gone is ungated anyway.
+	workloadsErr := r.syncWorkloads(ctx, bl, d)
+	if workloadsErr != nil {
+		log.Error(workloadsErr, "cannot mark the managed workloads")
+	}
 	if err := r.actOnPods(ctx, bl, p, d, PodsUngate); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -356,6 +374,9 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	res := r.result(p, mem, d)
 	if supersededLeft && (res.RequeueAfter == 0 || res.RequeueAfter > stopPollInterval) {
 		res.RequeueAfter = stopPollInterval
+	}
+	if workloadsErr != nil {
+		return ctrl.Result{}, workloadsErr
 	}
 	return res, nil
 }

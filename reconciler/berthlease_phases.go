@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
@@ -349,12 +350,19 @@ func (r *BerthLeaseReconciler) actOnPods(ctx context.Context, bl *berthv1alpha1.
 func (r *BerthLeaseReconciler) ungate(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation) error {
 	log := logr.FromContextOrDiscard(ctx)
 	term := p.facts.Term
+	jobs := map[types.UID]bool{}
 	for i := range p.gated {
 		if !r.Clock.Now().Before(term.Deadline) {
 			return nil // the next reconcile stops instead
 		}
 		if now := p.mem.read().term; now == nil || now.Token != term.Token || now.Holder != term.Holder {
 			return nil // the renewer learnt that the term ended: its wake-up follows
+		}
+		if gone, err := r.ownerJobGone(ctx, &p.gated[i], jobs); err != nil || gone {
+			if err != nil {
+				return err
+			}
+			continue // a stale Job's Pod: the garbage collector removes it
 		}
 		pod := p.gated[i].DeepCopy()
 		pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })

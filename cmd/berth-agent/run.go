@@ -175,16 +175,18 @@ func (o options) rateLimit(cfg *rest.Config) {
 	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
 }
 
-// managedPodsCache caches only the managed Pods: the agent never needs the
-// others.
+// managedPodsCache caches only the managed Pods and workloads (those that
+// carry the managed label): the agent never needs the others.
 func managedPodsCache() (cache.Options, error) {
 	managed, err := labels.Parse(reconciler.ManagedLease)
 	if err != nil {
 		return cache.Options{}, err
 	}
-	return cache.Options{ByObject: map[ctrlclient.Object]cache.ByObject{
-		&corev1.Pod{}: {Label: managed},
-	}}, nil
+	byObject := map[ctrlclient.Object]cache.ByObject{&corev1.Pod{}: {Label: managed}}
+	for _, o := range reconciler.WorkloadKinds() {
+		byObject[o] = cache.ByObject{Label: managed}
+	}
+	return cache.Options{ByObject: byObject}, nil
 }
 
 func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manager, error) {
