@@ -91,9 +91,14 @@ func (w *DeploymentWrapper) Replicas(n int32) *DeploymentWrapper {
 }
 
 // ManagedBy labels the Pod template as managed by the named BerthLease, the
-// user's opt-in.
+// user's opt-in, and the Deployment itself, so that the agent marks it with
+// its cluster's part in the lease.
 func (w *DeploymentWrapper) ManagedBy(berthLease string) *DeploymentWrapper {
 	w.Spec.Template.Labels[berthv1alpha1.ManagedLeaseLabel] = berthLease
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[berthv1alpha1.ManagedLeaseLabel] = berthLease
 	return w
 }
 

@@ -1,0 +1,477 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/test/builders"
+	"github.com/berthfleet/berth/test/charts"
+	"github.com/berthfleet/berth/test/gitops"
+	"github.com/berthfleet/berth/test/localfleet"
+	"github.com/berthfleet/berth/test/poll"
+)
+
+// The GitOps suite's workload, beside the suite's exporter: a Deployment, a
+// StatefulSet and a CronJob under one BerthLease, in their own namespace.
+const (
+	gitopsNamespace = "gitops"
+	reports         = "reports" // the BerthLease and the Deployment
+	ledger          = "ledger"  // the StatefulSet
+	invoices        = "invoices"
+)
+
+var (
+	gitopsDir   = filepath.Join(charts.RepoDir(), "deploy", "gitops")
+	argoHealth  = func(file string) string { return filepath.Join(gitopsDir, "argocd", "health", file) }
+	fluxKustomz = filepath.Join(gitopsDir, "flux", "billing.yaml")
+)
+
+// TestGitOps applies one workload to every cluster as a GitOps tool would,
+// in every order, and judges each cluster's objects with the health checks
+// Berth ships (Argo CD's Lua, Flux's expressions) and with kstatus: on the
+// holder, on the standby clusters past the Deployment's progress deadline,
+// after a failover, and in each failure state. The managed CronJob runs its
+// schedule on the holder only and piles up no Job on the others; after a
+// takeover it runs no schedule that fell before it.
+func TestGitOps(t *testing.T) {
+	r := startFleet(t)
+	ctx := t.Context()
+	checks, err := gitops.FluxChecks(fluxKustomz)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Every order: the workload before its BerthLease, after it, both at once.
+	var wg sync.WaitGroup
+	for i, m := range r.Members {
+		wg.Go(func() {
+			if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gitopsNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Error(err)
+				return
+			}
+			switch i % 3 {
+			case 0:
+				applyReportsWorkloads(t, m)
+				poll.For(t, 30*time.Second, m.Name+" admits the workload's Pods gated before their BerthLease exists", func() bool {
+					pods := reportsPods(t, m)
+					return len(pods) > 0 && pods[0].Labels[berthv1alpha1.ManagedLeaseUIDLabel] == "" && gatedPod(&pods[0])
+				})
+				applyReportsLease(t, m)
+			case 1:
+				applyReportsLease(t, m)
+				applyReportsWorkloads(t, m)
+			default:
+				var both sync.WaitGroup
+				both.Go(func() { applyReportsLease(t, m) })
+				both.Go(func() { applyReportsWorkloads(t, m) })
+				both.Wait()
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	holder := reportsRunner(t, r, 90*time.Second, "")
+	t.Logf("%s runs %s", holder, reports)
+	for _, m := range r.Members {
+		if n := failedCreates(t, m); n > 0 {
+			t.Errorf("%s: %d FailedCreate events: applying the workload before its BerthLease piled up errors", m.Name, n)
+		}
+	}
+
+	// Healthy everywhere, once the standby Deployments are past their
+	// progress deadline.
+	for _, m := range r.Members {
+		if m.Name == holder {
+			continue
+		}
+		poll.For(t, 60*time.Second, m.Name+"'s standby Deployment is past its progress deadline", func() bool {
+			d := &appsv1.Deployment{}
+			if err := m.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: gitopsNamespace, Name: reports}, d); err != nil {
+				return false
+			}
+			for _, c := range d.Status.Conditions {
+				if c.Type == appsv1.DeploymentProgressing && c.Reason == "ProgressDeadlineExceeded" {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	checkHealthy(t, r, holder, checks)
+
+	// The CronJob runs on the holder only: the standby clusters create no
+	// Job (they are suspended), however many schedules pass.
+	awaitMinute(t)
+	poll.For(t, 60*time.Second, holder+" runs the CronJob's schedule to completion", func() bool {
+		return completedJobs(t, r.Member(holder)) > 0
+	})
+	for _, m := range r.Members {
+		if m.Name != holder {
+			if jobs := cronJobJobs(t, m); len(jobs) > 0 {
+				t.Errorf("%s, standing by, has %d Job(s) of the CronJob", m.Name, len(jobs))
+			}
+		}
+	}
+
+	// A failover by cordon: the new holder resumes its CronJob without
+	// running a schedule that fell before it took over, the old one suspends.
+	if _, err := r.LeaseAPI.Admin.Cordon(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	next := reportsRunner(t, r, ttl+60*time.Second, holder)
+	tookOver := time.Now()
+	t.Logf("cordoned %s: %s runs %s", holder, next, reports)
+	poll.For(t, 30*time.Second, next+" resumes its CronJob and "+holder+" suspends its own", func() bool {
+		n, o := cronJob(t, r.Member(next)), cronJob(t, r.Member(holder))
+		return !ptr.Deref(n.Spec.Suspend, false) && n.Annotations[berthv1alpha1.SuspendedByAnnotation] == "" &&
+			ptr.Deref(o.Spec.Suspend, false) && o.Annotations[berthv1alpha1.SuspendedByAnnotation] != ""
+	})
+	checkHealthy(t, r, next, checks)
+	awaitMinute(t)
+	poll.For(t, 60*time.Second, next+" runs the CronJob's next schedule", func() bool {
+		return completedJobs(t, r.Member(next)) > 0
+	})
+	for _, j := range cronJobJobs(t, r.Member(next)) {
+		at, err := time.Parse(time.RFC3339, j.Annotations["batch.kubernetes.io/cronjob-scheduled-timestamp"])
+		if err != nil || at.Before(tookOver.Add(-time.Second).Truncate(time.Minute)) || !at.After(tookOver.Add(-time.Second)) {
+			t.Errorf("%s ran Job %s scheduled at %s (%v), before it took over at %s", next, j.Name, at.Format(time.TimeOnly), err, tookOver.Format(time.TimeOnly))
+		}
+	}
+	if _, err := r.LeaseAPI.Admin.Uncordon(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	holder = next
+
+	// Failure states, each reported as a failure by every check.
+	t.Run("stuck stopping", func(t *testing.T) {
+		m := r.Member(holder)
+		thaw := freezeKubelets(t, m)
+		if _, err := r.LeaseAPI.Admin.Cordon(ctx, holder); err != nil {
+			t.Fatal(err)
+		}
+		awaitBerthLeaseHealth(t, m, "Progressing", "InProgress", berthv1alpha1.StoppingReason)
+		awaitBerthLeaseHealth(t, m, "Degraded", "Failed", berthv1alpha1.StuckStoppingReason)
+		thaw()
+		if _, err := r.LeaseAPI.Admin.Uncordon(ctx, holder); err != nil {
+			t.Fatal(err)
+		}
+		holder = reportsRunner(t, r, ttl+60*time.Second, "")
+	})
+	t.Run("registration refused", func(t *testing.T) {
+		var m, other *localfleet.Member
+		for _, x := range r.Members {
+			switch {
+			case x.Name == holder:
+			case m == nil:
+				m = x
+			default:
+				other = x
+			}
+		}
+		m.StopAgent()
+		if err := m.StartAgent(other.Name); err != nil {
+			t.Fatal(err)
+		}
+		awaitBerthLeaseHealth(t, m, "Degraded", "Failed", berthv1alpha1.RegistrationRefusedReason)
+		m.StopAgent()
+		if err := m.StartAgent(m.Name); err != nil {
+			t.Fatal(err)
+		}
+		awaitBerthLeaseHealth(t, m, "Healthy", "Current", berthv1alpha1.StandbyReason)
+	})
+	t.Run("self-fenced", func(t *testing.T) {
+		m := r.Member(holder)
+		m.Proxy.Cut()
+		awaitBerthLeaseHealth(t, m, "Degraded", "Failed", berthv1alpha1.SelfFencedReason)
+		m.Proxy.Heal()
+		reportsRunner(t, r, ttl+60*time.Second, "")
+	})
+}
+
+// applyReportsLease creates the BerthLease of the GitOps workload.
+func applyReportsLease(t *testing.T, m *localfleet.Member) {
+	t.Helper()
+	bl := builders.BerthLease(gitopsNamespace, reports).TTL(workload.TTLSeconds).Heartbeat(workload.HeartbeatSeconds).Obj()
+	if err := m.Client.Create(t.Context(), bl); err != nil {
+		t.Errorf("%s: create BerthLease: %v", m.Name, err)
+	}
+}
+
+// applyReportsWorkloads creates the Deployment (with a short progress
+// deadline), the StatefulSet and the CronJob, each labelled as managed.
+func applyReportsWorkloads(t *testing.T, m *localfleet.Member) {
+	t.Helper()
+	managed := map[string]string{berthv1alpha1.ManagedLeaseLabel: reports}
+	template := func(app string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app, berthv1alpha1.ManagedLeaseLabel: reports}},
+			Spec: corev1.PodSpec{
+				TerminationGracePeriodSeconds: ptr.To[int64](0),
+				RestartPolicy:                 corev1.RestartPolicyAlways,
+				Containers:                    []corev1.Container{{Name: "main", Image: "registry.example/" + app + ":1"}},
+			},
+		}
+	}
+	deploy := builders.Deployment(gitopsNamespace, reports).ManagedBy(reports).Obj()
+	deploy.Spec.ProgressDeadlineSeconds = ptr.To[int32](5)
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: gitopsNamespace, Name: ledger, Labels: managed},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](1), ServiceName: ledger,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": ledger}},
+			Template: template(ledger),
+		},
+	}
+	job := template(invoices)
+	job.Spec.RestartPolicy = corev1.RestartPolicyNever
+	cj := &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: gitopsNamespace, Name: invoices, Labels: managed},
+		Spec: batchv1.CronJobSpec{
+			Schedule: "* * * * *", ConcurrencyPolicy: batchv1.ForbidConcurrent,
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: job}},
+		},
+	}
+	for _, o := range []ctrlclient.Object{deploy, sts, cj} {
+		if err := m.Client.Create(t.Context(), o); err != nil {
+			t.Errorf("%s: create %T: %v", m.Name, o, err)
+		}
+	}
+}
+
+// reportsPods lists the Deployment's and StatefulSet's Pods (not the Jobs').
+func reportsPods(t *testing.T, m *localfleet.Member) []corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := m.Client.List(t.Context(), pods, ctrlclient.InNamespace(gitopsNamespace), ctrlclient.MatchingLabels{berthv1alpha1.ManagedLeaseLabel: reports}); err != nil {
+		return nil
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if app := p.Labels["app"]; (app == reports || app == ledger) && p.DeletionTimestamp.IsZero() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func gatedPod(p *corev1.Pod) bool {
+	for _, g := range p.Spec.SchedulingGates {
+		if g.Name == berthv1alpha1.LeaseHeldSchedulingGate {
+			return true
+		}
+	}
+	return false
+}
+
+// reportsRunner waits until one cluster other than not runs the
+// Deployment's and the StatefulSet's Pods and every other cluster keeps its
+// own gated, stamped with their BerthLease's UID, and returns it.
+func reportsRunner(t *testing.T, r *run, timeout time.Duration, not string) string {
+	t.Helper()
+	var runner string
+	poll.For(t, timeout, "one cluster runs the GitOps workload, the others keep it gated", func() bool {
+		runner = ""
+		for _, m := range r.Members {
+			pods := reportsPods(t, m)
+			ungated, stamped := 0, 0
+			for i := range pods {
+				if !gatedPod(&pods[i]) {
+					ungated++
+				} else if pods[i].Labels[berthv1alpha1.ManagedLeaseUIDLabel] != "" {
+					stamped++
+				}
+			}
+			switch {
+			case ungated == 2 && runner == "" && m.Name != not:
+				runner = m.Name
+			case ungated > 0 || stamped != 2:
+				return false
+			}
+		}
+		return runner != ""
+	})
+	return runner
+}
+
+// failedCreates counts the FailedCreate events in the GitOps namespace.
+func failedCreates(t *testing.T, m *localfleet.Member) int {
+	t.Helper()
+	events := &corev1.EventList{}
+	if err := m.Client.List(t.Context(), events, ctrlclient.InNamespace(gitopsNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range events.Items {
+		if e.Reason == "FailedCreate" {
+			t.Logf("%s: %s %s: %s", m.Name, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
+			n++
+		}
+	}
+	return n
+}
+
+// object reads one object of the GitOps workload as Argo CD and Flux see it.
+func object(t *testing.T, m *localfleet.Member, gvk schema.GroupVersionKind, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	if err := m.Client.Get(t.Context(), ctrlclient.ObjectKey{Namespace: gitopsNamespace, Name: name}, u); err != nil {
+		t.Fatalf("%s: get %s %s: %v", m.Name, gvk.Kind, name, err)
+	}
+	return u
+}
+
+var (
+	berthLeaseGVK  = berthv1alpha1.GroupVersion.WithKind("BerthLease")
+	deploymentGVK  = appsv1.SchemeGroupVersion.WithKind("Deployment")
+	statefulSetGVK = appsv1.SchemeGroupVersion.WithKind("StatefulSet")
+)
+
+// checkHealthy judges every cluster's objects: all healthy to Argo CD and
+// Flux, the holder's active and the others' standby naming the holder, and
+// plain kstatus still strict on the holder's workloads.
+func checkHealthy(t *testing.T, r *run, holder string, checks []gitops.FluxCheck) {
+	t.Helper()
+	for _, m := range r.Members {
+		want := "standby: " // a cordoned cluster says so instead of the holder
+		if m.Name == holder {
+			want = "active: held by " + holder
+		}
+		// The status is written on transitions: wait for the one a failover brings.
+		awaitBerthLeaseHealth(t, m, "Healthy", "Current", "")
+		bl := object(t, m, berthLeaseGVK, reports)
+		if h := must(gitops.ArgoCD(argoHealth("berthlease.lua"), bl)); !strings.HasPrefix(h.Message, want) {
+			t.Errorf("%s: Argo CD health of the BerthLease: %s, want a message starting %q", m.Name, h, want)
+		}
+		for _, w := range []struct {
+			gvk  schema.GroupVersionKind
+			name string
+			lua  string
+		}{{deploymentGVK, reports, "deployment.lua"}, {statefulSetGVK, ledger, "statefulset.lua"}} {
+			var obj *unstructured.Unstructured
+			poll.For(t, 30*time.Second, m.Name+"'s "+w.gvk.Kind+" is healthy to Argo CD and Flux", func() bool {
+				obj = object(t, m, w.gvk, w.name)
+				argo := must(gitops.ArgoCD(argoHealth(w.lua), obj))
+				flux := must(gitops.Flux(checks, obj))
+				return argo.Status == "Healthy" && flux.Status == "Current" && obj.GetAnnotations()[berthv1alpha1.HolderAnnotation] == holder
+			})
+			argo := must(gitops.ArgoCD(argoHealth(w.lua), obj))
+			ks := must(gitops.Kstatus(obj))
+			state := obj.GetAnnotations()[berthv1alpha1.LeaseStateAnnotation]
+			t.Logf("%s: %s %s: lease-state %s; Argo CD %s; kstatus alone %s", m.Name, w.gvk.Kind, w.name, state, argo, ks)
+			switch {
+			case m.Name == holder && (state != berthv1alpha1.WorkloadActive || ks.Status != "Current"):
+				t.Errorf("%s (holder): %s marked %q, kstatus %s; want active and Current", m.Name, w.gvk.Kind, state, ks)
+			case m.Name != holder && (state != berthv1alpha1.WorkloadStandby || !strings.HasPrefix(argo.Message, "standby: held by "+holder)):
+				t.Errorf("%s (standby): %s marked %q, Argo CD %s; want standby, held by %s", m.Name, w.gvk.Kind, state, argo, holder)
+			}
+			if m.Name != holder && w.gvk.Kind == "Deployment" && ks.Status != "Failed" {
+				// Why Flux needs the expressions: kstatus alone fails a standby Deployment.
+				t.Errorf("%s: kstatus alone on the standby Deployment past its deadline: %s, want Failed", m.Name, ks)
+			}
+			if mgr := annotationManager(obj, berthv1alpha1.LeaseStateAnnotation); mgr != "berth-agent" {
+				t.Errorf("%s: %s's annotation %s is owned by field manager %q, want berth-agent (deploy/gitops/argocd ignores its fields)", m.Name, w.gvk.Kind, berthv1alpha1.LeaseStateAnnotation, mgr)
+			}
+		}
+	}
+}
+
+// awaitBerthLeaseHealth waits until Argo CD's health of m's BerthLease is
+// argo and kstatus's is ks, with a Ready condition of reason (any when "").
+func awaitBerthLeaseHealth(t *testing.T, m *localfleet.Member, argo, ks, reason string) {
+	t.Helper()
+	var got, gotKs gitops.Health
+	poll.For(t, 60*time.Second, fmt.Sprintf("%s's BerthLease is %s to Argo CD and %s to kstatus (%s)", m.Name, argo, ks, reason), func() bool {
+		bl := object(t, m, berthLeaseGVK, reports)
+		got, gotKs = must(gitops.ArgoCD(argoHealth("berthlease.lua"), bl)), must(gitops.Kstatus(bl))
+		ready, _, _ := unstructured.NestedSlice(bl.Object, "status", "conditions")
+		readyReason := ""
+		for _, c := range ready {
+			if c, ok := c.(map[string]any); ok && c["type"] == berthv1alpha1.ReadyCondition {
+				readyReason, _ = c["reason"].(string)
+			}
+		}
+		return got.Status == argo && gotKs.Status == ks && (reason == "" || readyReason == reason)
+	})
+	t.Logf("%s: BerthLease: Argo CD %s; kstatus %s", m.Name, got, gotKs)
+}
+
+func must(h gitops.Health, err error) gitops.Health {
+	if err != nil {
+		panic(err)
+	}
+	return h
+}
+
+// annotationManager is the field manager that owns annotation key of obj.
+func annotationManager(obj *unstructured.Unstructured, key string) string {
+	for _, e := range obj.GetManagedFields() {
+		if e.FieldsV1 != nil && strings.Contains(string(e.FieldsV1.Raw), `"f:`+key+`"`) {
+			return e.Manager
+		}
+	}
+	return ""
+}
+
+func cronJob(t *testing.T, m *localfleet.Member) *batchv1.CronJob {
+	t.Helper()
+	cj := &batchv1.CronJob{}
+	if err := m.Client.Get(t.Context(), ctrlclient.ObjectKey{Namespace: gitopsNamespace, Name: invoices}, cj); err != nil {
+		t.Fatalf("%s: get CronJob: %v", m.Name, err)
+	}
+	return cj
+}
+
+// cronJobJobs lists the Jobs of the CronJob.
+func cronJobJobs(t *testing.T, m *localfleet.Member) []batchv1.Job {
+	t.Helper()
+	cj := cronJob(t, m)
+	jobs := &batchv1.JobList{}
+	if err := m.Client.List(t.Context(), jobs, ctrlclient.InNamespace(gitopsNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	var out []batchv1.Job
+	for _, j := range jobs.Items {
+		if owner := metav1.GetControllerOf(&j); owner != nil && owner.UID == cj.UID {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// completedJobs counts the CronJob's Jobs that completed.
+func completedJobs(t *testing.T, m *localfleet.Member) int {
+	n := 0
+	for _, j := range cronJobJobs(t, m) {
+		if j.Status.Succeeded > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// awaitMinute sleeps into the next minute, when a "* * * * *" schedule falls.
+func awaitMinute(t *testing.T) {
+	next := time.Now().Truncate(time.Minute).Add(time.Minute)
+	select {
+	case <-time.After(time.Until(next) + time.Second):
+	case <-t.Context().Done():
+	}
+}
