@@ -243,8 +243,8 @@ func argoCDConfigMap(dir string) ([]byte, error) {
 	data := map[string]string{
 		// The agent writes with field manager berth-agent; a manifest that sets
 		// spec.suspend itself would otherwise show the agent's value as drift.
-		"resource.customizations.ignoreDifferences.batch_CronJob": "jsonPointers:\n- /spec/suspend\nmanagedFieldsManagers:\n- berth-agent\n",
-		"resource.customizations.ignoreDifferences.apps_Deployment": "managedFieldsManagers:\n- berth-agent\n",
+		"resource.customizations.ignoreDifferences.batch_CronJob":    "jsonPointers:\n- /spec/suspend\nmanagedFieldsManagers:\n- berth-agent\n",
+		"resource.customizations.ignoreDifferences.apps_Deployment":  "managedFieldsManagers:\n- berth-agent\n",
 		"resource.customizations.ignoreDifferences.apps_StatefulSet": "managedFieldsManagers:\n- berth-agent\n",
 	}
 	for file, key := range argoCDHealth {

@@ -426,7 +426,7 @@ func must(h gitops.Health, err error) gitops.Health {
 // annotationManager is the field manager that owns annotation key of obj.
 func annotationManager(obj *unstructured.Unstructured, key string) string {
 	for _, e := range obj.GetManagedFields() {
-		if e.FieldsV1 != nil && strings.Contains(string(e.FieldsV1.Raw), `"f:`+key+`"`) {
+		if e.FieldsV1 != nil && strings.Contains(e.FieldsV1.GetRawString(), `"f:`+key+`"`) {
 			return e.Manager
 		}
 	}

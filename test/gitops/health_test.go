@@ -111,14 +111,14 @@ func TestChecks(t *testing.T) {
 		lua, obj                  string
 		wantArgo, wantFlux, wantK string
 	}{
-		"standby Deployment past its deadline":      {"deployment.lua", standbyDeploy, "Healthy", "Current", "Failed"},
-		"active Deployment, available":              {"deployment.lua", activeDeploy, "Healthy", "Current", "Current"},
-		"active Deployment past its deadline":       {"deployment.lua", stuckActiveDeploy, "Degraded", "Failed", "Failed"},
+		"standby Deployment past its deadline":       {"deployment.lua", standbyDeploy, "Healthy", "Current", "Failed"},
+		"active Deployment, available":               {"deployment.lua", activeDeploy, "Healthy", "Current", "Current"},
+		"active Deployment past its deadline":        {"deployment.lua", stuckActiveDeploy, "Degraded", "Failed", "Failed"},
 		"standby Deployment whose Pods cannot exist": {"deployment.lua", standbyUncreatable, "Degraded", "Failed", "InProgress"},
-		"BerthLease the agent has not seen":         {"berthlease.lua", newBerthLease, "Progressing", "", "Current"},
-		"BerthLease self-fenced":                    {"berthlease.lua", stalledBerthLease, "Degraded", "", "Failed"},
-		"BerthLease standing by":                    {"berthlease.lua", standbyBerthLease, "Healthy", "", "Current"},
-		"BerthLease with a spec not yet seen":       {"berthlease.lua", staleBerthLease, "Progressing", "", "InProgress"},
+		"BerthLease the agent has not seen":          {"berthlease.lua", newBerthLease, "Progressing", "", "Current"},
+		"BerthLease self-fenced":                     {"berthlease.lua", stalledBerthLease, "Degraded", "", "Failed"},
+		"BerthLease standing by":                     {"berthlease.lua", standbyBerthLease, "Healthy", "", "Current"},
+		"BerthLease with a spec not yet seen":        {"berthlease.lua", staleBerthLease, "Progressing", "", "InProgress"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
