@@ -33,6 +33,7 @@ import (
 const (
 	AnnotationLeaseState  = berthv1alpha1.LeaseStateAnnotation
 	AnnotationSuspendedBy = berthv1alpha1.SuspendedByAnnotation
+	AnnotationResumedAt   = berthv1alpha1.ResumedAtAnnotation
 	WorkloadActive        = berthv1alpha1.WorkloadActive
 	WorkloadStandby       = berthv1alpha1.WorkloadStandby
 	WorkloadStopping      = berthv1alpha1.WorkloadStopping
@@ -197,7 +198,7 @@ func (r *BerthLeaseReconciler) syncCronJob(ctx context.Context, cj *batchv1.Cron
 	ours := cj.Annotations[AnnotationSuspendedBy] == suspendedByBerth
 	switch decideCronJob(m.state, suspended, ours) {
 	case cronJobSuspend:
-		if err := r.markCronJob(ctx, cj, m, true, suspendedByBerth); err != nil {
+		if err := r.markCronJob(ctx, cj, m, true, suspendedByBerth, ""); err != nil {
 			return err
 		}
 		log.Info("suspended a managed CronJob: this cluster does not hold the lease")
@@ -206,20 +207,23 @@ func (r *BerthLeaseReconciler) syncCronJob(ctx context.Context, cj *batchv1.Cron
 			return err
 		}
 		// The CronJob controller would otherwise start the latest schedule
-		// it missed while suspended: one the previous holder ran.
-		now := metav1.NewTime(r.Clock.Now())
+		// it missed while suspended: one the previous holder ran. The same
+		// time goes into an annotation, so that a health check can tell this
+		// record from a run that did not succeed.
+		now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
+		resumedAt := now.UTC().Format(time.RFC3339)
 		if cj.Status.LastScheduleTime == nil || cj.Status.LastScheduleTime.Before(&now) {
-			body := fmt.Sprintf(`{"status":{"lastScheduleTime":%q}}`, now.UTC().Format(time.RFC3339))
+			body := fmt.Sprintf(`{"status":{"lastScheduleTime":%q}}`, resumedAt)
 			if err := r.Status().Patch(ctx, cj, ctrlclient.RawPatch(types.MergePatchType, []byte(body))); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("record the resumption of CronJob %s: %w", cj.Name, err)
 			}
 		}
-		if err := r.markCronJob(ctx, cj, m, false, ""); err != nil {
+		if err := r.markCronJob(ctx, cj, m, false, "", resumedAt); err != nil {
 			return err
 		}
 		log.Info("resumed a managed CronJob: this cluster holds the lease")
 	case cronJobForget:
-		if err := r.markCronJob(ctx, cj, m, false, ""); err != nil {
+		if err := r.markCronJob(ctx, cj, m, false, "", cj.Annotations[AnnotationResumedAt]); err != nil {
 			return err
 		}
 	default:
@@ -233,22 +237,20 @@ func (r *BerthLeaseReconciler) syncCronJob(ctx context.Context, cj *batchv1.Cron
 	return nil
 }
 
-// markCronJob writes m, spec.suspend and the agent's suspension mark
-// (removed when by is empty) in one patch bound to cj as read.
-func (r *BerthLeaseReconciler) markCronJob(ctx context.Context, cj *batchv1.CronJob, m workloadMarks, suspend bool, by string) error {
-	have := map[string]string{}
-	for k, v := range cj.Annotations {
-		have[k] = v
-	}
-	delete(have, AnnotationSuspendedBy) // always written below
-	annotations := m.annotations(have)
+// markCronJob writes m, spec.suspend, the agent's suspension mark and the
+// time it resumed the CronJob (each removed when empty) in one patch bound
+// to cj as read.
+func (r *BerthLeaseReconciler) markCronJob(ctx context.Context, cj *batchv1.CronJob, m workloadMarks, suspend bool, by, resumedAt string) error {
+	annotations := m.annotations(cj.Annotations)
 	if annotations == nil {
 		annotations = map[string]any{}
 	}
-	if by != "" {
-		annotations[AnnotationSuspendedBy] = by
-	} else {
-		annotations[AnnotationSuspendedBy] = nil
+	for k, v := range map[string]string{AnnotationSuspendedBy: by, AnnotationResumedAt: resumedAt} {
+		if v != "" {
+			annotations[k] = v
+		} else {
+			annotations[k] = nil
+		}
 	}
 	body, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": cj.ResourceVersion, "annotations": annotations},

@@ -120,6 +120,12 @@ const (
 	// cluster does not hold the lease; the agent resumes only CronJobs it
 	// suspended itself.
 	SuspendedByAnnotation = "berth.skaphos.io/suspended-by"
+	// ResumedAtAnnotation is when the agent resumed a CronJob at a takeover
+	// (RFC 3339): it also records that time as the CronJob's
+	// status.lastScheduleTime, so that the CronJob controller does not run
+	// the schedule the previous holder ran. A health check that finds the
+	// two equal knows no run has come since, rather than a failed one.
+	ResumedAtAnnotation = "berth.skaphos.io/resumed-at"
 )
 
 // Values of LeaseStateAnnotation.

@@ -233,6 +233,7 @@ func managesCertificates(r rbacv1.PolicyRule) bool {
 // argoCDHealth names the Argo CD argocd-cm key of each health check in dir/health.
 var argoCDHealth = map[string]string{
 	"berthlease.lua":  "resource.customizations.health.berth.skaphos.io_BerthLease",
+	"cronjob.lua":     "resource.customizations.health.batch_CronJob",
 	"deployment.lua":  "resource.customizations.health.apps_Deployment",
 	"statefulset.lua": "resource.customizations.health.apps_StatefulSet",
 }

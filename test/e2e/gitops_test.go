@@ -144,6 +144,14 @@ func TestGitOps(t *testing.T) {
 			ptr.Deref(o.Spec.Suspend, false) && o.Annotations[berthv1alpha1.SuspendedByAnnotation] != ""
 	})
 	checkHealthy(t, r, next, holder, checks)
+	for _, m := range r.Members {
+		cj := object(t, m, schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "CronJob"}, invoices)
+		if h := must(gitops.ArgoCD(argoHealth("cronjob.lua"), cj)); h.Status != "Healthy" {
+			t.Errorf("%s: Argo CD health of the CronJob after the takeover: %s, want Healthy", m.Name, h)
+		} else {
+			t.Logf("%s: CronJob: Argo CD %s", m.Name, h)
+		}
+	}
 	awaitMinute(t)
 	poll.For(t, 60*time.Second, next+" runs the CronJob's next schedule", func() bool {
 		return completedJobs(t, r.Member(next)) > 0

@@ -68,6 +68,24 @@ spec: {replicas: 2}
 status:
   observedGeneration: 1
   conditions: [{type: ReplicaFailure, status: "True", reason: FailedCreate, message: "pods is forbidden: exceeded quota"}]`
+	standbyCronJob = `
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: invoices, annotations: {berth.skaphos.io/lease-state: standby, berth.skaphos.io/holder: east, berth.skaphos.io/fencing-token: "7"}}
+spec: {schedule: "0 * * * *", suspend: true}
+status: {lastScheduleTime: "2030-01-02T03:00:00Z", lastSuccessfulTime: "2030-01-02T02:00:00Z"}`
+	resumedCronJob = `
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: invoices, annotations: {berth.skaphos.io/lease-state: active, berth.skaphos.io/resumed-at: "2030-01-02T03:20:00Z"}}
+spec: {schedule: "0 * * * *", suspend: false}
+status: {lastScheduleTime: "2030-01-02T03:20:00Z", lastSuccessfulTime: "2030-01-02T02:00:00Z"}`
+	failedCronJob = `
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: invoices, annotations: {berth.skaphos.io/lease-state: active, berth.skaphos.io/resumed-at: "2030-01-02T03:20:00Z"}}
+spec: {schedule: "0 * * * *", suspend: false}
+status: {lastScheduleTime: "2030-01-02T04:00:00Z", lastSuccessfulTime: "2030-01-02T02:00:00Z"}`
 	newBerthLease = `
 apiVersion: berth.skaphos.io/v1alpha1
 kind: BerthLease
@@ -115,6 +133,9 @@ func TestChecks(t *testing.T) {
 		"active Deployment, available":               {"deployment.lua", activeDeploy, "Healthy", "Current", "Current"},
 		"active Deployment past its deadline":        {"deployment.lua", stuckActiveDeploy, "Degraded", "Failed", "Failed"},
 		"standby Deployment whose Pods cannot exist": {"deployment.lua", standbyUncreatable, "Degraded", "Failed", "InProgress"},
+		"CronJob suspended on standby":               {"cronjob.lua", standbyCronJob, "Healthy", "", "Current"},
+		"CronJob resumed at a takeover, no run yet":  {"cronjob.lua", resumedCronJob, "Healthy", "", "Current"},
+		"CronJob whose last run failed":              {"cronjob.lua", failedCronJob, "Degraded", "", "Current"},
 		"BerthLease the agent has not seen":          {"berthlease.lua", newBerthLease, "Progressing", "", "Current"},
 		"BerthLease self-fenced":                     {"berthlease.lua", stalledBerthLease, "Degraded", "", "Failed"},
 		"BerthLease standing by":                     {"berthlease.lua", standbyBerthLease, "Healthy", "", "Current"},

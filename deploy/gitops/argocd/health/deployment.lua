@@ -3,8 +3,8 @@
 -- standby, written by the Berth agent) is Healthy: its Pods wait behind the
 -- lease gate by design. It is Degraded if its Pods cannot even be created,
 -- which would stop a takeover. Every other Deployment, the holder's included,
--- gets Argo CD's own Deployment health, written out below because a health
--- customization replaces the built-in check.
+-- is judged by the rules of Argo CD's built-in Deployment check (a health
+-- customization replaces that check, so its rules are restated here).
 local function condition(type)
   if obj.status == nil or obj.status.conditions == nil then
     return nil
@@ -35,20 +35,20 @@ if obj.spec.paused then
 end
 local status = obj.status or {}
 if (status.observedGeneration or 0) < (obj.metadata.generation or 0) then
-  return {status = "Progressing", message = "Waiting for rollout to finish: observed deployment generation less than desired generation"}
+  return {status = "Progressing", message = "the Deployment controller has not seen the latest spec yet"}
 end
 local progressing = condition("Progressing")
 if progressing ~= nil and progressing.reason == "ProgressDeadlineExceeded" then
-  return {status = "Degraded", message = "Deployment \"" .. obj.metadata.name .. "\" exceeded its progress deadline"}
+  return {status = "Degraded", message = "the rollout of " .. obj.metadata.name .. " passed its progress deadline"}
 end
 local updated = status.updatedReplicas or 0
 if obj.spec.replicas ~= nil and updated < obj.spec.replicas then
-  return {status = "Progressing", message = "Waiting for rollout to finish: " .. updated .. " out of " .. obj.spec.replicas .. " new replicas have been updated..."}
+  return {status = "Progressing", message = "rolling out: " .. updated .. " of " .. obj.spec.replicas .. " replicas updated"}
 end
 if (status.replicas or 0) > updated then
-  return {status = "Progressing", message = "Waiting for rollout to finish: " .. ((status.replicas or 0) - updated) .. " old replicas are pending termination..."}
+  return {status = "Progressing", message = "rolling out: " .. ((status.replicas or 0) - updated) .. " old replica(s) still terminating"}
 end
 if (status.availableReplicas or 0) < updated then
-  return {status = "Progressing", message = "Waiting for rollout to finish: " .. (status.availableReplicas or 0) .. " of " .. updated .. " updated replicas are available..."}
+  return {status = "Progressing", message = "rolling out: " .. (status.availableReplicas or 0) .. " of " .. updated .. " updated replicas available"}
 end
-return {status = "Healthy"}
+return {status = "Healthy", message = updated .. " replica(s) updated and available"}
