@@ -6,7 +6,9 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 )
@@ -23,10 +25,10 @@ const (
 	ReasonValid Reason = "Valid"
 	// ReasonOperator: a change only the operator (the Berth agent) may make, made by it.
 	ReasonOperator Reason = "OperatorUser"
-	// ReasonAwaitingLease: a managed Pod created, gated, before the BerthLease it names (a
-	// GitOps tool applies in any order). It carries no UID label, so the agent never
-	// ungates it: once the BerthLease exists, the agent deletes it and its controller makes
-	// it anew, stamped.
+	// ReasonAwaitingLease: a managed Pod of a ReplicaSet or StatefulSet created, gated,
+	// before the BerthLease it names (a GitOps tool applies in any order). It carries no UID
+	// label, so the agent never ungates it: once the BerthLease exists, the agent deletes it
+	// and its controller makes it anew, stamped.
 	ReasonAwaitingLease Reason = "AwaitingLease"
 )
 
@@ -67,6 +69,8 @@ type Decision struct {
 	Allowed bool
 	Reason  Reason
 	Message string
+	// Warning, when set, is returned to the client with an allowed request.
+	Warning string
 }
 
 // violation is one broken rule.
@@ -122,8 +126,9 @@ func podName(namespace string, pod *corev1.Pod) string {
 // DecideCreate decides a Pod's creation, by anyone. A Pod is managed when it carries the
 // label berthv1alpha1.ManagedLeaseLabel; lease is the BerthLease that label names. A managed Pod
 // must be created gated, not bound to a node, and stamped with the UID of the BerthLease it
-// names, or, while that BerthLease does not exist yet, with no UID label at all (the
-// workload was applied before its BerthLease). Pods that are not managed are allowed.
+// names, or, while that BerthLease does not exist yet, with no UID label at all when a
+// ReplicaSet or StatefulSet controls it (the workload was applied before its BerthLease;
+// the Decision carries a warning). Pods that are not managed are allowed.
 func DecideCreate(namespace string, pod *corev1.Pod, lease BerthLeaseRef) Decision {
 	name := podName(namespace, pod)
 	leaseName, managed := pod.Labels[berthv1alpha1.ManagedLeaseLabel]
@@ -147,14 +152,25 @@ func DecideCreate(namespace string, pod *corev1.Pod, lease BerthLeaseRef) Decisi
 			"a managed Pod must not set spec.nodeName (%q): a Pod bound at creation would skip the scheduling gate",
 			pod.Spec.NodeName)})
 	}
-	allow := ReasonValid
+	allow, warning := ReasonValid, ""
 	switch {
+	case !lease.Found && len(validation.IsDNS1123Subdomain(leaseName)) > 0:
+		vs = append(vs, violation{ReasonLeaseNotFound, fmt.Sprintf(
+			"label %s is %q, which cannot name a BerthLease: %s",
+			berthv1alpha1.ManagedLeaseLabel, leaseName, strings.Join(validation.IsDNS1123Subdomain(leaseName), "; "))})
 	case !lease.Found && stamped:
 		vs = append(vs, violation{ReasonLeaseNotFound, fmt.Sprintf(
 			"label %s is %q but BerthLease %q does not exist in namespace %s: only admission stamps that label, with the UID of an existing BerthLease",
 			berthv1alpha1.ManagedLeaseUIDLabel, uid, leaseName, namespaceOf(namespace, pod))})
+	case !lease.Found && !awaits(pod):
+		// A Job would count the Pod recycled later as a failure, and a bare Pod would be
+		// gone for good: its creation fails now, clearly, and is retried by its controller.
+		vs = append(vs, violation{ReasonLeaseNotFound, fmt.Sprintf(
+			"label %s names BerthLease %q, which does not exist in namespace %s: create the BerthLease first (only the Pods of ReplicaSets and StatefulSets wait for theirs)",
+			berthv1alpha1.ManagedLeaseLabel, leaseName, namespaceOf(namespace, pod))})
 	case !lease.Found:
 		allow = ReasonAwaitingLease
+		warning = fmt.Sprintf("berth: BerthLease %q does not exist in namespace %s yet: this Pod waits gated, and is made anew once it does", leaseName, namespaceOf(namespace, pod))
 	case uid != string(lease.UID):
 		have := fmt.Sprintf("%q", uid)
 		if !stamped {
@@ -164,7 +180,18 @@ func DecideCreate(namespace string, pod *corev1.Pod, lease BerthLeaseRef) Decisi
 			"label %s is %s but BerthLease %q has UID %s: a managed Pod must name the BerthLease it runs under as it exists now",
 			berthv1alpha1.ManagedLeaseUIDLabel, have, leaseName, lease.UID)})
 	}
-	return decide(name, allow, vs)
+	d := decide(name, allow, vs)
+	if d.Allowed {
+		d.Warning = warning
+	}
+	return d
+}
+
+// awaits reports whether a Pod may be created before its BerthLease: one that a ReplicaSet
+// or a StatefulSet controls, which makes it anew when the agent recycles it.
+func awaits(pod *corev1.Pod) bool {
+	owner := metav1.GetControllerOf(pod)
+	return owner != nil && owner.APIVersion == "apps/v1" && (owner.Kind == "ReplicaSet" || owner.Kind == "StatefulSet")
 }
 
 func namespaceOf(namespace string, pod *corev1.Pod) string {

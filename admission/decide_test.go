@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 )
@@ -44,7 +45,16 @@ func withGate(name string) podOpt {
 		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: name})
 	}
 }
-func withoutGates() podOpt         { return func(p *corev1.Pod) { p.Spec.SchedulingGates = nil } }
+func withoutGates() podOpt { return func(p *corev1.Pod) { p.Spec.SchedulingGates = nil } }
+func ownedBy(kind string) podOpt {
+	return func(p *corev1.Pod) {
+		apiVersion := "apps/v1"
+		if kind == "Job" {
+			apiVersion = "batch/v1"
+		}
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: "exporter-1", UID: "7c6e", Controller: ptr.To(true)}}
+	}
+}
 func withNodeName(n string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
 func withImage(i string) podOpt    { return func(p *corev1.Pod) { p.Spec.Containers[0].Image = i } }
 func withAnnotation(k, v string) podOpt {
@@ -102,9 +112,28 @@ func TestDecideCreate(t *testing.T) {
 			want:        Decision{Reason: ReasonNodeNameSet},
 			wantMessage: []string{"spec.nodeName", "node-1"},
 		},
-		"BerthLease not made yet: admitted gated, without a UID": {
-			pod:  managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel)),
-			want: Decision{Allowed: true, Reason: ReasonAwaitingLease},
+		"BerthLease not made yet, a ReplicaSet's Pod: admitted gated, without a UID": {
+			pod:  managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel), ownedBy("ReplicaSet")),
+			want: Decision{Allowed: true, Reason: ReasonAwaitingLease, Warning: `berth: BerthLease "exporter" does not exist in namespace payments yet: this Pod waits gated, and is made anew once it does`},
+		},
+		"BerthLease not made yet, a StatefulSet's Pod: admitted": {
+			pod:  managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel), ownedBy("StatefulSet")),
+			want: Decision{Allowed: true, Reason: ReasonAwaitingLease, Warning: `berth: BerthLease "exporter" does not exist in namespace payments yet: this Pod waits gated, and is made anew once it does`},
+		},
+		"BerthLease not made yet, a Job's Pod: refused (a recycled Pod counts as a failure)": {
+			pod:         managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel), ownedBy("Job")),
+			want:        Decision{Reason: ReasonLeaseNotFound},
+			wantMessage: []string{"create the BerthLease first"},
+		},
+		"BerthLease not made yet, a bare Pod: refused": {
+			pod:         managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel)),
+			want:        Decision{Reason: ReasonLeaseNotFound},
+			wantMessage: []string{`BerthLease "exporter"`, "does not exist in namespace payments", "create the BerthLease first"},
+		},
+		"a name that cannot be a BerthLease's": {
+			pod:         managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel), ownedBy("ReplicaSet"), withLabel(berthv1alpha1.ManagedLeaseLabel, "Billing_v2")),
+			want:        Decision{Reason: ReasonLeaseNotFound},
+			wantMessage: []string{`"Billing_v2", which cannot name a BerthLease`},
 		},
 		"BerthLease not made yet, but a UID label": {
 			pod:         managedPod(),
@@ -112,7 +141,7 @@ func TestDecideCreate(t *testing.T) {
 			wantMessage: []string{`BerthLease "exporter"`, "does not exist in namespace payments"},
 		},
 		"BerthLease not made yet, ungated": {
-			pod:         managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel), withoutGates()),
+			pod:         managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel), ownedBy("ReplicaSet"), withoutGates()),
 			want:        Decision{Reason: ReasonGateMissing},
 			wantMessage: []string{"scheduling gate"},
 		},

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 )
@@ -34,6 +35,9 @@ func fuzzPod(marks uint8, lease, uid, token, nodeName string) *corev1.Pod {
 	}
 	if marks&64 != 0 {
 		p.Spec.NodeName = nodeName
+	}
+	if marks&128 != 0 {
+		ownedBy("ReplicaSet")(p)
 	}
 	return p
 }
@@ -95,6 +99,7 @@ func FuzzDecideCreate(f *testing.F) {
 	f.Add(uint8(0b0001), "exporter", "", "", true, "uid")
 	f.Add(uint8(0b1000011), "exporter", "uid", "node-1", true, "uid")
 	f.Add(uint8(0b0010), "", "uid", "", false, "")
+	f.Add(uint8(0b10000101), "exporter", "", "", false, "")
 	f.Fuzz(func(t *testing.T, marks uint8, lease, uid, nodeName string, leaseFound bool, leaseUID string) {
 		pod := fuzzPod(marks, lease, uid, "", nodeName)
 		l := BerthLeaseRef{Found: leaseFound, UID: types.UID(leaseUID)}
@@ -111,8 +116,8 @@ func FuzzDecideCreate(f *testing.F) {
 			t.Fatalf("unmanaged Pod denied: %s", d.Message)
 		case managed && d.Allowed && (!gated(pod) || pod.Spec.NodeName != "" || pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel] != string(l.UID)):
 			t.Fatalf("managed Pod allowed that is ungated, bound or misnamed: %+v", pod)
-		case managed && d.Allowed && !l.Found && (stamped || d.Reason != ReasonAwaitingLease):
-			t.Fatalf("managed Pod of a missing BerthLease allowed with a UID label or as %s", d.Reason)
+		case managed && d.Allowed && !l.Found && (stamped || !awaits(pod) || d.Reason != ReasonAwaitingLease):
+			t.Fatalf("managed Pod of a missing BerthLease allowed with a UID label, without a ReplicaSet or StatefulSet, or as %s", d.Reason)
 		case !d.Allowed && (d.Message == "" || d.Reason == ""):
 			t.Fatalf("denial without a reason or message: %+v", d)
 		}
@@ -122,7 +127,7 @@ func FuzzDecideCreate(f *testing.F) {
 		if Stamp(stampedPod.DeepCopy(), l) {
 			t.Fatalf("Stamp not idempotent")
 		}
-		if managed && pod.Spec.NodeName == "" && (l.Found || !stamped) {
+		if managed && pod.Spec.NodeName == "" && (l.Found || (!stamped && awaits(pod) && len(validation.IsDNS1123Subdomain(lease)) == 0)) {
 			if d := DecideCreate("payments", stampedPod, l); !d.Allowed {
 				t.Fatalf("stamped Pod denied: %s", d.Message)
 			}

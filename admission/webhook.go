@@ -160,6 +160,9 @@ func (a *WorkloadAdmission) validate(ctx context.Context, req ctrladmission.Requ
 	}
 	record(op, decisionAllow, d.Reason)
 	log.V(1).Info("allowed Pod request", "reason", d.Reason, "user", req.UserInfo.Username)
+	if d.Warning != "" {
+		return ctrladmission.Allowed("").WithWarnings(d.Warning)
+	}
 	return ctrladmission.Allowed("")
 }
 

@@ -112,7 +112,7 @@ func (f *Members) SetupWithManager(mgr mcmanager.Manager) error {
 	if err := mgr.Add(f); err != nil {
 		return err
 	}
-	if err := reconciler.SetupController(mgr, f.wakes, f.ConcurrentReconciles, f); err != nil {
+	if err := reconciler.SetupController(mgr, f.wakes, f.ConcurrentReconciles, f.ManagedWorkloads, f); err != nil {
 		return fmt.Errorf("set up the BerthLease controller: %w", err)
 	}
 	return mgr.AddReadyzCheck("registered", f.Checker)

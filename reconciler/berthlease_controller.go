@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -161,7 +159,7 @@ func (r *BerthLeaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	r.defaults()
-	return SetupController(local, wakes, r.ConcurrentReconciles, mcreconcile.Func(func(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
+	return SetupController(local, wakes, r.ConcurrentReconciles, r.ManagedWorkloads, mcreconcile.Func(func(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
 		return r.Reconcile(ctx, req.Request)
 	}))
 }
@@ -178,19 +176,25 @@ const DefaultConcurrentReconciles = 32
 // on the wake-ups its reconciler asks for (wakes). On a manager without a
 // provider it watches the manager's own cluster (single-cluster mode); with
 // one, every cluster the provider engages (fleet mode), each request naming
-// its cluster. It runs concurrent reconciles at once.
-func SetupController(mgr mcmanager.Manager, wakes <-chan event.TypedGenericEvent[mcreconcile.Request], concurrent int, r mcreconcile.Reconciler) error {
+// its cluster. It runs concurrent reconciles at once. With workloads
+// (managed workloads) it also watches the labelled Deployments,
+// StatefulSets and CronJobs it marks.
+func SetupController(mgr mcmanager.Manager, wakes <-chan event.TypedGenericEvent[mcreconcile.Request], concurrent int, workloads bool, r mcreconcile.Reconciler) error {
 	if err := IndexBerthLeases(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	return mcbuilder.ControllerManagedBy(mgr).
+	b := mcbuilder.ControllerManagedBy(mgr).
 		For(&berthv1alpha1.BerthLease{}, mcbuilder.WithPredicates(predicate.Funcs{UpdateFunc: notStatusOnly})).
 		Watches(&corev1.Pod{}, mchandler.EnqueueRequestsFromMapFunc(PodToBerthLease),
-			mcbuilder.WithPredicates(predicate.NewPredicateFuncs(IsManaged))).
-		Watches(&appsv1.Deployment{}, mchandler.EnqueueRequestsFromMapFunc(PodToBerthLease), workloadPredicates).
-		Watches(&appsv1.StatefulSet{}, mchandler.EnqueueRequestsFromMapFunc(PodToBerthLease), workloadPredicates).
-		Watches(&batchv1.CronJob{}, mchandler.EnqueueRequestsFromMapFunc(PodToBerthLease), workloadPredicates).
-		WatchesRawSource(source.TypedChannel(wakes, enqueueWake)).
+			mcbuilder.WithPredicates(predicate.NewPredicateFuncs(IsManaged)))
+	if workloads {
+		// Only with managed workloads: the agent needs no rights over
+		// Deployments, StatefulSets and CronJobs otherwise.
+		for _, o := range WorkloadKinds() {
+			b = b.Watches(o, mchandler.EnqueueRequestsFromMapFunc(PodToBerthLease), workloadPredicates)
+		}
+	}
+	return b.WatchesRawSource(source.TypedChannel(wakes, enqueueWake)).
 		// multicluster-runtime's builder does not apply the manager's
 		// SkipNameValidation itself (tests run many managers in one process).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: cmp.Or(concurrent, DefaultConcurrentReconciles),
@@ -335,9 +339,9 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.writeStatus(ctx, bl, p, mem, d); err != nil {
 		return ctrl.Result{}, err
 	}
-	// The workloads are marked before any Pod is ungated too, so that a
-	// resumed CronJob's stale Jobs are gone first. A failure is retried but
-	// holds nothing up: no Pod of a Job that is gone is ungated anyway.
+	// The workloads are marked before any Pod is ungated too. A failure is
+	// retried but holds nothing up: whether a CronJob's Job may run is
+	// judged again for each of its Pods (jobMayRun).
 	workloadsErr := r.syncWorkloads(ctx, bl, d)
 	if workloadsErr != nil {
 		log.Error(workloadsErr, "cannot mark the managed workloads")
@@ -360,6 +364,9 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	observeLease(r.ClusterIdentity, bl, p.facts, d)
 	supersededLeft := r.settleSuperseded(ctx, bl)
 	if d.RemoveFinalizer {
+		if err := r.clearMarks(ctx, bl); err != nil {
+			log.Error(err, "cannot clear the marks of the managed workloads")
+		}
 		r.forget(bl.UID)
 		leaseHeld.DeleteLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name)
 		deadlineRemaining.DeleteLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name)

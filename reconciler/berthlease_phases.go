@@ -351,6 +351,7 @@ func (r *BerthLeaseReconciler) ungate(ctx context.Context, bl *berthv1alpha1.Ber
 	log := logr.FromContextOrDiscard(ctx)
 	term := p.facts.Term
 	jobs := map[types.UID]bool{}
+	var errs []error
 	for i := range p.gated {
 		if !r.Clock.Now().Before(term.Deadline) {
 			return nil // the next reconcile stops instead
@@ -358,11 +359,12 @@ func (r *BerthLeaseReconciler) ungate(ctx context.Context, bl *berthv1alpha1.Ber
 		if now := p.mem.read().term; now == nil || now.Token != term.Token || now.Holder != term.Holder {
 			return nil // the renewer learnt that the term ended: its wake-up follows
 		}
-		if gone, err := r.ownerJobGone(ctx, &p.gated[i], jobs); err != nil || gone {
+		if ok, err := r.jobMayRun(ctx, &p.gated[i], jobs); !ok {
 			if err != nil {
-				return err
+				// Only this Pod waits; the reconcile is retried.
+				errs = append(errs, err)
 			}
-			continue // a stale Job's Pod: the garbage collector removes it
+			continue // the Pod of a stale Job, or one that cannot be judged
 		}
 		pod := p.gated[i].DeepCopy()
 		pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
@@ -382,7 +384,7 @@ func (r *BerthLeaseReconciler) ungate(ctx context.Context, bl *berthv1alpha1.Ber
 		}
 		log.V(1).Info("ungated Pod", "pod", pod.Name, "token", term.Token)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // stop deletes the running managed Pods with a grace period bounded by the

@@ -107,7 +107,7 @@ func computeStatus(old berthv1alpha1.BerthLeaseStatus, in statusInput) berthv1al
 	heartbeat := heartbeatCondition(in)
 	heartbeat.ObservedGeneration = in.generation
 	apimeta.SetStatusCondition(&st.Conditions, heartbeat)
-	setHealth(&st.Conditions, health(in, acquired, heartbeat, stoppingSince(old.Conditions, f.Now)), in.generation, f.Now)
+	setHealth(&st.Conditions, health(in, acquired, heartbeat, stoppingSince(old.Conditions, f.Now), unhealthySince(old.Conditions, heartbeat, f.Now)), in.generation, f.Now)
 	return *st
 }
 
@@ -139,12 +139,22 @@ func stoppingSince(conds []metav1.Condition, now time.Time) time.Time {
 	return now
 }
 
+// unhealthySince is since when the heartbeat has been failing for the
+// reason it fails for now (the old condition's transition time), or now.
+func unhealthySince(conds []metav1.Condition, heartbeat metav1.Condition, now time.Time) time.Time {
+	if c := apimeta.FindStatusCondition(conds, ConditionHeartbeatHealthy); c != nil && c.Status == heartbeat.Status && c.Reason == heartbeat.Reason {
+		return c.LastTransitionTime.Time
+	}
+	return now
+}
+
 // health sums the lease's conditions up as kstatus reads them: Ready while
 // this cluster does its part (it runs the workload, or stands by with a
 // healthy agent), Reconciling on the way there, Stalled when it cannot get
 // there without help. since is since when the Pods are stopping, if they
-// are (stoppingSince).
-func health(in statusInput, acquired, heartbeat metav1.Condition, since time.Time) healthState {
+// are (stoppingSince); failing since when the heartbeat fails, if it does
+// (unhealthySince): a failure shorter than the TTL is retried, not stalled.
+func health(in statusInput, acquired, heartbeat metav1.Condition, since, failing time.Time) healthState {
 	f := in.facts
 	notReady := func(reason, message string) metav1.Condition {
 		return metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message}
@@ -173,7 +183,7 @@ func health(in statusInput, acquired, heartbeat metav1.Condition, since time.Tim
 		return stalled(ReasonRegistrationRefused, in.yieldMessage)
 	case acquired.Reason == ReasonLeaseNameInUse:
 		return stalled(ReasonLeaseNameInUse, acquired.Message)
-	case acquired.Reason == ReasonStopping:
+	case in.decision.Phase == PhaseStopping:
 		if after := stuckStoppingAfter(in.ttl); in.ttl > 0 && f.Now.Sub(since) > after {
 			h := stalled(ReasonStuckStopping, fmt.Sprintf("%d Pod(s) have been stopping for more than %s (twice the TTL): something keeps them (a finalizer, an unreachable node); the lease is not given up until they are gone", f.RunningPods, after))
 			// The stop's start, so that the next status still knows it.
@@ -183,8 +193,10 @@ func health(in statusInput, acquired, heartbeat metav1.Condition, since time.Tim
 		h := progressing(ReasonStopping, acquired.Message)
 		h.reconciling.LastTransitionTime = metav1.NewTime(since)
 		return h
+	case heartbeat.Status != metav1.ConditionTrue && in.ttl > 0 && f.Now.Sub(failing) > in.ttl:
+		return stalled(heartbeat.Reason, fmt.Sprintf("failing for more than %s (the TTL): %s", in.ttl, heartbeat.Message))
 	case heartbeat.Status != metav1.ConditionTrue:
-		return stalled(heartbeat.Reason, heartbeat.Message)
+		return progressing(heartbeat.Reason, "retrying: "+heartbeat.Message)
 	case acquired.Status == metav1.ConditionTrue:
 		return ready(ReasonActive, fmt.Sprintf("active: %s; %d of %d Pod(s) running", acquired.Message, f.RunningPods, in.managed))
 	case acquired.Reason == ReasonHeldByOther, acquired.Reason == ReasonReleased:

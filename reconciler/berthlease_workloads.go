@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -39,8 +40,17 @@ const (
 	WorkloadStopping      = berthv1alpha1.WorkloadStopping
 )
 
+// FieldManager is the field manager of the agent's writes to managed
+// workloads: a GitOps tool can ignore what it owns (deploy/gitops), and the
+// agent tells its own suspension of a CronJob from its owner's by it.
+const FieldManager = "berth-agent"
+
 // suspendedByBerth is the value of AnnotationSuspendedBy.
 const suspendedByBerth = "berth-agent"
+
+// scheduledAtAnnotation is the CronJob controller's record, on each Job, of
+// the schedule it runs.
+const scheduledAtAnnotation = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 
 // WorkloadKinds are the kinds of managed workloads the agent marks; the
 // agent's cache holds only those of them that carry the managed label.
@@ -54,16 +64,22 @@ type workloadMarks struct {
 	token         int32
 }
 
-// marksFor is the marks that the decision and the status just written say.
-func marksFor(st berthv1alpha1.BerthLeaseStatus, d Decision) workloadMarks {
+// marksFor is the marks that the decision and the status just written say,
+// and whether they say anything: a cluster that may still hold a term it
+// has not confirmed (an agent that restarted and is recovering it, a
+// release not yet confirmed) neither runs nor stands by, so its workloads
+// are left as they are until it knows.
+func marksFor(st berthv1alpha1.BerthLeaseStatus, d Decision) (workloadMarks, bool) {
 	m := workloadMarks{state: WorkloadStandby, holder: st.CurrentHolder, token: st.FencingToken}
-	switch d.Phase {
-	case PhaseActive:
+	switch {
+	case d.Phase == PhaseActive:
 		m.state = WorkloadActive
-	case PhaseStopping:
+	case d.Phase == PhaseStopping:
 		m.state = WorkloadStopping
+	case st.LeaseState == StateHeld:
+		return workloadMarks{}, false
 	}
-	return m
+	return m, true
 }
 
 // annotations is the patch of metadata.annotations that brings have to m:
@@ -100,147 +116,213 @@ const (
 	cronJobKeep cronJobAction = iota
 	// cronJobSuspend: suspend it and mark it as suspended by the agent.
 	cronJobSuspend
-	// cronJobResume: delete the Jobs it left from before (they are stale),
-	// record the resumption as its last schedule, and resume it.
+	// cronJobResume: record the resumption as its last schedule, and
+	// resume it (its Jobs from before are never ungated: jobMayRun).
 	cronJobResume
-	// cronJobForget: someone else resumed it; drop the agent's mark.
+	// cronJobForget: drop the agent's mark and leave spec.suspend as it is:
+	// someone else resumed the CronJob, or suspended it too.
 	cronJobForget
 )
 
 // decideCronJob decides what happens to a CronJob: suspended while its
 // cluster does not run the workload, so that waiting clusters pile up no
 // gated Jobs; resumed when it does, unless someone else suspended it (the
-// agent resumes only what it suspended).
-func decideCronJob(state string, suspended, ours bool) cronJobAction {
+// agent resumes only what it alone suspended). others says that another
+// field manager owns spec.suspend: its owner (or a GitOps tool) set it
+// after, or as well as, the agent.
+func decideCronJob(state string, suspended, ours, others bool) cronJobAction {
 	switch {
+	case ours && (!suspended || others):
+		return cronJobForget
 	case state != WorkloadActive && !suspended:
 		return cronJobSuspend
 	case state == WorkloadActive && suspended && ours:
 		return cronJobResume
-	case !suspended && ours:
-		return cronJobForget
 	}
 	return cronJobKeep
 }
 
-// syncWorkloads marks bl's managed workloads with this cluster's part in the
-// lease and suspends or resumes its CronJobs. It runs after status is
-// written and before any Pod is ungated, so that a CronJob's stale Jobs are
-// gone before their Pods could be.
-func (r *BerthLeaseReconciler) syncWorkloads(ctx context.Context, bl *berthv1alpha1.BerthLease, d Decision) error {
-	if !r.ManagedWorkloads {
-		return nil
-	}
-	m := marksFor(bl.Status, d)
+// listWorkloads lists bl's managed workloads from the cache.
+func (r *BerthLeaseReconciler) listWorkloads(ctx context.Context, bl *berthv1alpha1.BerthLease) (*appsv1.DeploymentList, *appsv1.StatefulSetList, *batchv1.CronJobList, error) {
 	in := []ctrlclient.ListOption{ctrlclient.InNamespace(bl.Namespace), ctrlclient.MatchingLabels{ManagedLease: bl.Name}}
 	deployments, statefulSets, cronJobs := &appsv1.DeploymentList{}, &appsv1.StatefulSetList{}, &batchv1.CronJobList{}
 	for _, l := range []ctrlclient.ObjectList{deployments, statefulSets, cronJobs} {
 		if err := r.List(ctx, l, in...); err != nil {
-			return fmt.Errorf("list managed workloads: %w", err)
+			return nil, nil, nil, fmt.Errorf("list managed workloads: %w", err)
 		}
 	}
-	for i := range deployments.Items {
-		if err := r.mark(ctx, &deployments.Items[i], m, nil); err != nil {
-			return err
-		}
-	}
-	for i := range statefulSets.Items {
-		if err := r.mark(ctx, &statefulSets.Items[i], m, nil); err != nil {
-			return err
-		}
-	}
-	for i := range cronJobs.Items {
-		if err := r.syncCronJob(ctx, &cronJobs.Items[i], m); err != nil {
-			return err
-		}
-	}
-	return nil
+	return deployments, statefulSets, cronJobs, nil
 }
 
-// mark patches obj's annotations to m, and spec with specPatch if any. The
-// patch carries obj's resourceVersion when it changes spec, so that it
-// lands only on the object as it was read.
-func (r *BerthLeaseReconciler) mark(ctx context.Context, obj ctrlclient.Object, m workloadMarks, specPatch map[string]any) error {
-	annotations := m.annotations(obj.GetAnnotations())
-	if annotations == nil && specPatch == nil {
+// syncWorkloads marks bl's managed workloads with this cluster's part in the
+// lease and suspends or resumes its CronJobs. It runs after status is
+// written and before any Pod is ungated.
+func (r *BerthLeaseReconciler) syncWorkloads(ctx context.Context, bl *berthv1alpha1.BerthLease, d Decision) error {
+	if !r.ManagedWorkloads {
 		return nil
 	}
-	meta := map[string]any{}
-	if annotations != nil {
-		meta["annotations"] = annotations
+	m, ok := marksFor(bl.Status, d)
+	if !ok {
+		return nil
 	}
-	patch := map[string]any{"metadata": meta}
-	if specPatch != nil {
-		meta["resourceVersion"] = obj.GetResourceVersion()
-		patch["spec"] = specPatch
-	}
-	body, err := json.Marshal(patch)
+	deployments, statefulSets, cronJobs, err := r.listWorkloads(ctx, bl)
 	if err != nil {
 		return err
 	}
-	err = r.Patch(ctx, obj, ctrlclient.RawPatch(types.MergePatchType, body))
+	var errs []error
+	for i := range deployments.Items {
+		errs = append(errs, r.mark(ctx, &deployments.Items[i], m.annotations(deployments.Items[i].Annotations)))
+	}
+	for i := range statefulSets.Items {
+		errs = append(errs, r.mark(ctx, &statefulSets.Items[i], m.annotations(statefulSets.Items[i].Annotations)))
+	}
+	for i := range cronJobs.Items {
+		errs = append(errs, r.syncCronJob(ctx, &cronJobs.Items[i], m))
+	}
+	return errors.Join(errs...)
+}
+
+// clearMarks removes the marks from bl's managed workloads when bl is gone:
+// nothing runs them any more, and a health check must not read "standby".
+// CronJobs the agent suspended stay suspended (and marked so), since their
+// Jobs could not run without a BerthLease either.
+func (r *BerthLeaseReconciler) clearMarks(ctx context.Context, bl *berthv1alpha1.BerthLease) error {
+	if !r.ManagedWorkloads {
+		return nil
+	}
+	deployments, statefulSets, cronJobs, err := r.listWorkloads(ctx, bl)
+	if err != nil {
+		return err
+	}
+	var objs []ctrlclient.Object
+	for i := range deployments.Items {
+		objs = append(objs, &deployments.Items[i])
+	}
+	for i := range statefulSets.Items {
+		objs = append(objs, &statefulSets.Items[i])
+	}
+	for i := range cronJobs.Items {
+		objs = append(objs, &cronJobs.Items[i])
+	}
+	var errs []error
+	for _, o := range objs {
+		var none workloadMarks
+		patch := none.annotations(o.GetAnnotations())
+		delete(patch, AnnotationLeaseState)
+		if _, had := o.GetAnnotations()[AnnotationLeaseState]; had {
+			if patch == nil {
+				patch = map[string]any{}
+			}
+			patch[AnnotationLeaseState] = nil
+		}
+		errs = append(errs, r.mark(ctx, o, patch))
+	}
+	return errors.Join(errs...)
+}
+
+// mark merge-patches obj's annotations (nil: nothing to do).
+func (r *BerthLeaseReconciler) mark(ctx context.Context, obj ctrlclient.Object, annotations map[string]any) error {
+	if len(annotations) == 0 {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return err
+	}
+	err = r.Patch(ctx, obj, ctrlclient.RawPatch(types.MergePatchType, body), ctrlclient.FieldOwner(FieldManager))
 	switch {
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return nil // gone or changed since read: its watch brings the BerthLease back
+	case apierrors.IsNotFound(err):
+		return nil // gone: nothing to mark
 	case err != nil:
 		return fmt.Errorf("mark %T %s: %w", obj, obj.GetName(), err)
 	}
-	logr.FromContextOrDiscard(ctx).V(1).Info("marked managed workload", "kind", fmt.Sprintf("%T", obj), "name", obj.GetName(), "leaseState", m.state)
+	logr.FromContextOrDiscard(ctx).V(1).Info("marked managed workload", "kind", fmt.Sprintf("%T", obj), "name", obj.GetName(), "annotations", annotations)
 	return nil
 }
 
 // syncCronJob marks cj and suspends or resumes it (decideCronJob). While the
-// cluster stands by, it also deletes the Jobs cj left running from before it
-// was suspended: their Pods wait gated and would run, stale, at a takeover.
+// cluster stands by, it also deletes the Jobs cj lists as active: they were
+// made before it was suspended, and their Pods wait gated.
 func (r *BerthLeaseReconciler) syncCronJob(ctx context.Context, cj *batchv1.CronJob, m workloadMarks) error {
 	log := logr.FromContextOrDiscard(ctx).WithValues("cronJob", cj.Name)
 	suspended := cj.Spec.Suspend != nil && *cj.Spec.Suspend
 	ours := cj.Annotations[AnnotationSuspendedBy] == suspendedByBerth
-	switch decideCronJob(m.state, suspended, ours) {
+	suspend, resume := true, false
+	switch decideCronJob(m.state, suspended, ours, othersOwnSuspend(cj)) {
 	case cronJobSuspend:
-		if err := r.markCronJob(ctx, cj, m, true, suspendedByBerth, ""); err != nil {
+		if err := r.patchCronJob(ctx, cj, m, &suspend, suspendedByBerth, ""); err != nil {
 			return err
 		}
 		log.Info("suspended a managed CronJob: this cluster does not hold the lease")
 	case cronJobResume:
-		if err := r.deleteJobs(ctx, cj); err != nil {
+		// Every Job it lists was made before: stale.
+		if err := r.deleteJobs(ctx, cj, false); err != nil {
 			return err
 		}
 		// The CronJob controller would otherwise start the latest schedule
 		// it missed while suspended: one the previous holder ran. The same
-		// time goes into an annotation, so that a health check can tell this
-		// record from a run that did not succeed.
+		// time goes into an annotation: jobMayRun keeps the Jobs scheduled
+		// before it gated, and a health check tells this record from a run
+		// that did not succeed.
 		now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 		resumedAt := now.UTC().Format(time.RFC3339)
 		if cj.Status.LastScheduleTime == nil || cj.Status.LastScheduleTime.Before(&now) {
 			body := fmt.Sprintf(`{"status":{"lastScheduleTime":%q}}`, resumedAt)
-			if err := r.Status().Patch(ctx, cj, ctrlclient.RawPatch(types.MergePatchType, []byte(body))); err != nil && !apierrors.IsNotFound(err) {
+			if err := r.Status().Patch(ctx, cj, ctrlclient.RawPatch(types.MergePatchType, []byte(body)), ctrlclient.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("record the resumption of CronJob %s: %w", cj.Name, err)
 			}
 		}
-		if err := r.markCronJob(ctx, cj, m, false, "", resumedAt); err != nil {
+		if err := r.patchCronJob(ctx, cj, m, &resume, "", resumedAt); err != nil {
 			return err
 		}
-		log.Info("resumed a managed CronJob: this cluster holds the lease")
+		log.Info("resumed a managed CronJob: this cluster holds the lease", "lastScheduleTime", resumedAt)
 	case cronJobForget:
-		if err := r.markCronJob(ctx, cj, m, false, "", cj.Annotations[AnnotationResumedAt]); err != nil {
+		if err := r.patchCronJob(ctx, cj, m, nil, "", cj.Annotations[AnnotationResumedAt]); err != nil {
 			return err
 		}
+		log.Info("a managed CronJob was suspended or resumed by someone else: the agent leaves it to them", "suspend", suspended)
 	default:
-		if m.state == WorkloadStandby && ours {
-			if err := r.deleteJobs(ctx, cj); err != nil {
+		switch {
+		case m.state == WorkloadStandby && ours:
+			if err := r.deleteJobs(ctx, cj, false); err != nil {
+				return err
+			}
+		case m.state == WorkloadActive:
+			// A stale Job that a failed resumption left: it never runs, and
+			// with concurrencyPolicy Forbid it would hold every schedule back.
+			if err := r.deleteJobs(ctx, cj, true); err != nil {
 				return err
 			}
 		}
-		return r.mark(ctx, cj, m, nil)
+		return r.mark(ctx, cj, m.annotations(cj.Annotations))
 	}
 	return nil
 }
 
-// markCronJob writes m, spec.suspend, the agent's suspension mark and the
-// time it resumed the CronJob (each removed when empty) in one patch bound
-// to cj as read.
-func (r *BerthLeaseReconciler) markCronJob(ctx context.Context, cj *batchv1.CronJob, m workloadMarks, suspend bool, by, resumedAt string) error {
+// othersOwnSuspend reports whether a field manager other than the agent
+// owns cj's spec.suspend.
+func othersOwnSuspend(cj *batchv1.CronJob) bool {
+	for _, e := range cj.ManagedFields {
+		if e.Manager == FieldManager || e.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Spec map[string]json.RawMessage `json:"f:spec"`
+		}
+		if json.Unmarshal(e.FieldsV1.GetRawBytes(), &fields) == nil {
+			if _, ok := fields.Spec["f:suspend"]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// patchCronJob writes m, spec.suspend (unless nil), the agent's suspension
+// mark and the time it resumed the CronJob (each removed when empty) in one
+// patch bound to cj as read. A conflict is an error, so that the reconcile
+// is retried: the change that caused it may be one no watch event brings.
+func (r *BerthLeaseReconciler) patchCronJob(ctx context.Context, cj *batchv1.CronJob, m workloadMarks, suspend *bool, by, resumedAt string) error {
 	annotations := m.annotations(cj.Annotations)
 	if annotations == nil {
 		annotations = map[string]any{}
@@ -252,26 +334,28 @@ func (r *BerthLeaseReconciler) markCronJob(ctx context.Context, cj *batchv1.Cron
 			annotations[k] = nil
 		}
 	}
-	body, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": cj.ResourceVersion, "annotations": annotations},
-		"spec":     map[string]any{"suspend": suspend},
-	})
+	patch := map[string]any{"metadata": map[string]any{"resourceVersion": cj.ResourceVersion, "annotations": annotations}}
+	if suspend != nil {
+		patch["spec"] = map[string]any{"suspend": *suspend}
+	}
+	body, err := json.Marshal(patch)
 	if err != nil {
 		return err
 	}
-	err = r.Patch(ctx, cj, ctrlclient.RawPatch(types.MergePatchType, body))
+	err = r.Patch(ctx, cj, ctrlclient.RawPatch(types.MergePatchType, body), ctrlclient.FieldOwner(FieldManager))
 	switch {
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return nil // its watch brings the BerthLease back
+	case apierrors.IsNotFound(err):
+		return nil
 	case err != nil:
 		return fmt.Errorf("suspend or resume CronJob %s: %w", cj.Name, err)
 	}
 	return nil
 }
 
-// deleteJobs deletes the Jobs cj's status lists as active, each bound to its
-// UID and only when cj controls it; their Pods go with them.
-func (r *BerthLeaseReconciler) deleteJobs(ctx context.Context, cj *batchv1.CronJob) error {
+// deleteJobs deletes the Jobs cj's status lists as active (only the stale
+// ones, that may not run, when onlyStale), each bound to its UID and only
+// when cj controls it; their Pods go with them.
+func (r *BerthLeaseReconciler) deleteJobs(ctx context.Context, cj *batchv1.CronJob, onlyStale bool) error {
 	for _, ref := range cj.Status.Active {
 		job := &batchv1.Job{}
 		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: cj.Namespace, Name: ref.Name}, job)
@@ -284,6 +368,14 @@ func (r *BerthLeaseReconciler) deleteJobs(ctx context.Context, cj *batchv1.CronJ
 		if owner := metav1.GetControllerOf(job); owner == nil || owner.UID != cj.UID || !job.DeletionTimestamp.IsZero() {
 			continue
 		}
+		if onlyStale {
+			if ok, err := r.cronJobMayRun(ctx, job); err != nil || ok {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		err = r.Delete(ctx, job, ctrlclient.PropagationPolicy(metav1.DeletePropagationBackground), ctrlclient.Preconditions{UID: &job.UID})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("delete stale Job %s of CronJob %s: %w", job.Name, cj.Name, err)
@@ -293,27 +385,68 @@ func (r *BerthLeaseReconciler) deleteJobs(ctx context.Context, cj *batchv1.CronJ
 	return nil
 }
 
-// ownerJobGone reports whether pod belongs to a Job that is gone or going
-// (a CronJob's stale Job deleteJobs removed, whose Pods the garbage
-// collector has not yet removed): such a Pod is never ungated. jobs
-// remembers the answers of one ungating pass.
-func (r *BerthLeaseReconciler) ownerJobGone(ctx context.Context, pod *corev1.Pod, jobs map[types.UID]bool) (bool, error) {
+// jobMayRun reports whether pod may be ungated as far as its Job goes. A Pod
+// that no Job controls may. A Job's Pod may not when the Job is gone or
+// going, nor when a CronJob controls the Job and either the agent still
+// holds that CronJob suspended, or the Job's schedule fell at or before the
+// takeover the agent resumed the CronJob at (a Job made on this cluster
+// while it stood by, which deleteJobs may have missed: it is stale). The
+// answers are read from the API server, not the cache, and remembered in
+// jobs for one ungating pass.
+func (r *BerthLeaseReconciler) jobMayRun(ctx context.Context, pod *corev1.Pod, jobs map[types.UID]bool) (bool, error) {
 	owner := metav1.GetControllerOf(pod)
 	if owner == nil || owner.Kind != "Job" || owner.APIVersion != batchv1.SchemeGroupVersion.String() {
-		return false, nil
+		return true, nil
 	}
-	if gone, ok := jobs[owner.UID]; ok {
-		return gone, nil
+	if ok, seen := jobs[owner.UID]; seen {
+		return ok, nil
 	}
 	job := &batchv1.Job{}
 	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: owner.Name}, job)
 	switch {
 	case apierrors.IsNotFound(err):
-		jobs[owner.UID] = true
+		jobs[owner.UID] = false
+		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("read Job %s of Pod %s: %w", owner.Name, pod.Name, err)
-	default:
-		jobs[owner.UID] = job.UID != owner.UID || !job.DeletionTimestamp.IsZero()
+	case job.UID != owner.UID || !job.DeletionTimestamp.IsZero():
+		jobs[owner.UID] = false
+		return false, nil
 	}
-	return jobs[owner.UID], nil
+	ok, err := r.cronJobMayRun(ctx, job)
+	if err != nil {
+		return false, err
+	}
+	jobs[owner.UID] = ok
+	return ok, nil
+}
+
+// cronJobMayRun judges a Job by the CronJob that controls it, if any
+// (jobMayRun).
+func (r *BerthLeaseReconciler) cronJobMayRun(ctx context.Context, job *batchv1.Job) (bool, error) {
+	owner := metav1.GetControllerOf(job)
+	if owner == nil || owner.Kind != "CronJob" || owner.APIVersion != batchv1.SchemeGroupVersion.String() {
+		return true, nil
+	}
+	cj := &batchv1.CronJob{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: owner.Name}, cj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil // the garbage collector removes its Jobs
+	case err != nil:
+		return false, fmt.Errorf("read CronJob %s of Job %s: %w", owner.Name, job.Name, err)
+	case cj.UID != owner.UID:
+		return false, nil
+	case cj.Annotations[AnnotationSuspendedBy] == suspendedByBerth:
+		return false, nil
+	}
+	resumed, err := time.Parse(time.RFC3339, cj.Annotations[AnnotationResumedAt])
+	if err != nil {
+		return true, nil // never resumed by the agent
+	}
+	scheduled, err := time.Parse(time.RFC3339, job.Annotations[scheduledAtAnnotation])
+	if err != nil {
+		return true, nil // made by hand (kubectl create job --from), not by a schedule
+	}
+	return scheduled.After(resumed), nil
 }

@@ -495,6 +495,11 @@ func TestStatusHealth(t *testing.T) {
 		return st
 	}
 	stopping1 := "stopping 1 running Pod(s) before giving the lease up"
+	unreachableSince := func(ago time.Duration) berthv1alpha1.BerthLeaseStatus {
+		var st berthv1alpha1.BerthLeaseStatus
+		apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionHeartbeatHealthy, Status: metav1.ConditionFalse, Reason: ReasonLeaseAPIUnreachable, LastTransitionTime: metav1.NewTime(t0.Add(-ago))})
+		return st
+	}
 
 	cases := map[string]struct {
 		old  berthv1alpha1.BerthLeaseStatus
@@ -561,18 +566,34 @@ func TestStatusHealth(t *testing.T) {
 				`Stalled=True/RegistrationRefused: cluster id "cluster-a" is registered by another cluster`,
 			},
 		},
-		"lease API unreachable": {
+		"lease API unreachable: retried first": {
 			in: input(facts(), apiErr(errUnreachable), ttl),
 			want: []string{
-				"Ready=False/LeaseAPIUnreachable: " + errUnreachable.Error(),
-				"Stalled=True/LeaseAPIUnreachable: " + errUnreachable.Error(),
+				"Ready=False/LeaseAPIUnreachable: retrying: " + errUnreachable.Error(),
+				"Reconciling=True/LeaseAPIUnreachable: retrying: " + errUnreachable.Error(),
+			},
+		},
+		"lease API unreachable for longer than the TTL": {
+			old: unreachableSince(7 * time.Second),
+			in:  input(facts(), apiErr(errUnreachable), ttl),
+			want: []string{
+				"Ready=False/LeaseAPIUnreachable: failing for more than 6s (the TTL): " + errUnreachable.Error(),
+				"Stalled=True/LeaseAPIUnreachable: failing for more than 6s (the TTL): " + errUnreachable.Error(),
 			},
 		},
 		"held, renewals failing": {
 			in: input(facts(withTerm(renewDueTerm())), observed(granted(us, 7)), apiErr(errUnreachable), ttl),
 			want: []string{
-				"Ready=False/LeaseAPIUnreachable: " + errUnreachable.Error(),
-				"Stalled=True/LeaseAPIUnreachable: " + errUnreachable.Error(),
+				"Ready=False/LeaseAPIUnreachable: retrying: " + errUnreachable.Error(),
+				"Reconciling=True/LeaseAPIUnreachable: retrying: " + errUnreachable.Error(),
+			},
+		},
+		"revoked, Pods stuck stopping": {
+			old: stoppingSince(13 * time.Second),
+			in:  input(facts(withTerm(heldTerm()), revoked, withRunning(1)), observed(granted(us, 7)), ttl),
+			want: []string{
+				"Ready=False/StuckStopping: 1 Pod(s) have been stopping for more than 12s (twice the TTL): something keeps them (a finalizer, an unreachable node); the lease is not given up until they are gone",
+				"Stalled=True/StuckStopping: 1 Pod(s) have been stopping for more than 12s (twice the TTL): something keeps them (a finalizer, an unreachable node); the lease is not given up until they are gone",
 			},
 		},
 		"invalid spec": {

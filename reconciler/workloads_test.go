@@ -9,19 +9,27 @@ import (
 )
 
 func TestMarksFor(t *testing.T) {
-	st := berthv1alpha1.BerthLeaseStatus{CurrentHolder: "east", FencingToken: 7}
+	waiting := berthv1alpha1.BerthLeaseStatus{LeaseState: StateWaiting, CurrentHolder: "east", FencingToken: 7}
+	held := berthv1alpha1.BerthLeaseStatus{LeaseState: StateHeld, CurrentHolder: "west", FencingToken: 8}
 	cases := map[string]struct {
-		d    Decision
-		want workloadMarks
+		st     berthv1alpha1.BerthLeaseStatus
+		d      Decision
+		want   workloadMarks
+		wantOK bool
 	}{
-		"active":   {d: Decision{Phase: PhaseActive}, want: workloadMarks{WorkloadActive, "east", 7}},
-		"stopping": {d: Decision{Phase: PhaseStopping}, want: workloadMarks{WorkloadStopping, "east", 7}},
-		"standby":  {d: Decision{}, want: workloadMarks{WorkloadStandby, "east", 7}},
+		"active":   {st: held, d: Decision{Phase: PhaseActive}, want: workloadMarks{WorkloadActive, "west", 8}, wantOK: true},
+		"stopping": {st: held, d: Decision{Phase: PhaseStopping}, want: workloadMarks{WorkloadStopping, "west", 8}, wantOK: true},
+		"standby":  {st: waiting, d: Decision{}, want: workloadMarks{WorkloadStandby, "east", 7}, wantOK: true},
+		// A restarted holder recovering its term, or a release not yet
+		// confirmed: it must not suspend its CronJob and delete the Job
+		// that runs.
+		"held, neither running nor stopping: left alone": {st: held, d: Decision{}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, marksFor(st, tc.d), cmp.AllowUnexported(workloadMarks{})); diff != "" {
-				t.Errorf("marksFor() mismatch (-want +got):\n%s", diff)
+			got, ok := marksFor(tc.st, tc.d)
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(workloadMarks{})); diff != "" || ok != tc.wantOK {
+				t.Errorf("marksFor() = %v (-want +got):\n%s", ok, diff)
 			}
 		})
 	}
@@ -63,27 +71,30 @@ func TestWorkloadMarksAnnotations(t *testing.T) {
 }
 
 // TestDecideCronJob: a CronJob is suspended while its cluster does not run
-// the workload, and resumed when it does only if the agent suspended it.
+// the workload, and resumed when it does only if the agent alone suspended it.
 func TestDecideCronJob(t *testing.T) {
 	cases := map[string]struct {
-		state           string
-		suspended, ours bool
-		want            cronJobAction
+		state                   string
+		suspended, ours, others bool
+		want                    cronJobAction
 	}{
-		"standby, running: suspend":                 {WorkloadStandby, false, false, cronJobSuspend},
-		"stopping, running: suspend":                {WorkloadStopping, false, false, cronJobSuspend},
-		"standby, suspended by the agent: keep":     {WorkloadStandby, true, true, cronJobKeep},
-		"standby, suspended by its owner: keep":     {WorkloadStandby, true, false, cronJobKeep},
-		"active, suspended by the agent: resume":    {WorkloadActive, true, true, cronJobResume},
-		"active, suspended by its owner: keep":      {WorkloadActive, true, false, cronJobKeep},
-		"active, running: keep":                     {WorkloadActive, false, false, cronJobKeep},
-		"active, resumed by someone else: forget":   {WorkloadActive, false, true, cronJobForget},
-		"standby, resumed by someone else: suspend": {WorkloadStandby, false, true, cronJobSuspend},
+		"standby, running: suspend":                          {WorkloadStandby, false, false, false, cronJobSuspend},
+		"stopping, running: suspend":                         {WorkloadStopping, false, false, false, cronJobSuspend},
+		"standby, suspended by the agent: keep":              {WorkloadStandby, true, true, false, cronJobKeep},
+		"standby, suspended by its owner: keep":              {WorkloadStandby, true, false, true, cronJobKeep},
+		"active, suspended by the agent: resume":             {WorkloadActive, true, true, false, cronJobResume},
+		"active, suspended by its owner: keep":               {WorkloadActive, true, false, true, cronJobKeep},
+		"active, suspended by the agent and its owner: keep": {WorkloadActive, true, true, true, cronJobForget},
+		"standby, its owner suspended it too: forget":        {WorkloadStandby, true, true, true, cronJobForget},
+		"active, running: keep":                              {WorkloadActive, false, false, false, cronJobKeep},
+		"active, resumed by someone else: forget":            {WorkloadActive, false, true, true, cronJobForget},
+		"standby, resumed by someone else: forget first":     {WorkloadStandby, false, true, true, cronJobForget},
+		"standby, the mark left alone: suspend":              {WorkloadStandby, false, false, true, cronJobSuspend},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := decideCronJob(tc.state, tc.suspended, tc.ours); got != tc.want {
-				t.Errorf("decideCronJob(%q, suspended=%v, ours=%v) = %d, want %d", tc.state, tc.suspended, tc.ours, got, tc.want)
+			if got := decideCronJob(tc.state, tc.suspended, tc.ours, tc.others); got != tc.want {
+				t.Errorf("decideCronJob(%q, suspended=%v, ours=%v, others=%v) = %d, want %d", tc.state, tc.suspended, tc.ours, tc.others, got, tc.want)
 			}
 		})
 	}
