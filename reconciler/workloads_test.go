@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 )
@@ -95,6 +97,33 @@ func TestDecideCronJob(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := decideCronJob(tc.state, tc.suspended, tc.ours, tc.others); got != tc.want {
 				t.Errorf("decideCronJob(%q, suspended=%v, ours=%v, others=%v) = %d, want %d", tc.state, tc.suspended, tc.ours, tc.others, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestOthersOwnSuspend: the agent tells its own suspension of a CronJob from
+// one another field manager (its owner, a GitOps tool) made too.
+func TestOthersOwnSuspend(t *testing.T) {
+	entry := func(manager, fields string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+	}
+	cases := map[string]struct {
+		fields []metav1.ManagedFieldsEntry
+		want   bool
+	}{
+		"nobody":                {},
+		"the agent alone":       {fields: []metav1.ManagedFieldsEntry{entry(FieldManager, `{"f:spec":{"f:suspend":{}}}`)}, want: false},
+		"the owner's schedule":  {fields: []metav1.ManagedFieldsEntry{entry("kubectl", `{"f:spec":{"f:schedule":{}}}`), entry(FieldManager, `{"f:spec":{"f:suspend":{}}}`)}, want: false},
+		"the owner's suspend":   {fields: []metav1.ManagedFieldsEntry{entry("kustomize-controller", `{"f:spec":{"f:schedule":{},"f:suspend":{}}}`)}, want: true},
+		"shared with the agent": {fields: []metav1.ManagedFieldsEntry{entry(FieldManager, `{"f:spec":{"f:suspend":{}}}`), entry("argocd-controller", `{"f:spec":{"f:suspend":{}}}`)}, want: true},
+		"status only":           {fields: []metav1.ManagedFieldsEntry{entry("kube-controller-manager", `{"f:status":{"f:lastScheduleTime":{}}}`)}, want: false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cj := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{ManagedFields: tc.fields}}
+			if got := othersOwnSuspend(cj); got != tc.want {
+				t.Errorf("othersOwnSuspend() = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -130,6 +130,15 @@ func TestGitOps(t *testing.T) {
 		}
 	}
 
+	// A stale Job on each standby cluster, as a CronJob makes one just before
+	// it is suspended (or a crash leaves one its status does not list): its
+	// Pod waits gated and must never run, even where the cluster takes over.
+	for _, m := range r.Members {
+		if m.Name != holder {
+			createStaleJob(t, m)
+		}
+	}
+
 	// A failover by cordon: the new holder resumes its CronJob without
 	// running a schedule that fell before it took over, the old one suspends.
 	if _, err := r.LeaseAPI.Admin.Cordon(ctx, holder); err != nil {
@@ -156,7 +165,13 @@ func TestGitOps(t *testing.T) {
 	poll.For(t, 60*time.Second, next+" runs the CronJob's next schedule", func() bool {
 		return completedJobs(t, r.Member(next)) > 0
 	})
+	if n := staleJobRan(t, r.Member(next)); n > 0 {
+		t.Errorf("%s ran %d Pod(s) of a Job scheduled before it took over", next, n)
+	}
 	for _, j := range cronJobJobs(t, r.Member(next)) {
+		if j.Name == staleJob {
+			continue
+		}
 		at, err := time.Parse(time.RFC3339, j.Annotations["batch.kubernetes.io/cronjob-scheduled-timestamp"])
 		if err != nil || at.Before(tookOver.Add(-time.Second).Truncate(time.Minute)) || !at.After(tookOver.Add(-time.Second)) {
 			t.Errorf("%s ran Job %s scheduled at %s (%v), before it took over at %s", next, j.Name, at.Format(time.TimeOnly), err, tookOver.Format(time.TimeOnly))
@@ -488,4 +503,48 @@ func awaitMinute(t *testing.T) {
 	case <-time.After(time.Until(next) + time.Second):
 	case <-t.Context().Done():
 	}
+}
+
+// staleJob is a Job of the CronJob scheduled a minute before the test made it.
+const staleJob = "invoices-stale"
+
+// createStaleJob makes, on a standby cluster, a Job the CronJob controls,
+// scheduled in the past, whose Pod waits gated.
+func createStaleJob(t *testing.T, m *localfleet.Member) {
+	t.Helper()
+	cj := cronJob(t, m)
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: gitopsNamespace, Name: staleJob,
+			Annotations:     map[string]string{"batch.kubernetes.io/cronjob-scheduled-timestamp": time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cj, batchv1.SchemeGroupVersion.WithKind("CronJob"))},
+		},
+		Spec: cj.Spec.JobTemplate.Spec,
+	}
+	if err := m.Client.Create(t.Context(), job); err != nil {
+		t.Fatalf("%s: create a stale Job: %v", m.Name, err)
+	}
+	poll.For(t, 30*time.Second, m.Name+"'s stale Job has its Pod, gated", func() bool {
+		pods := &corev1.PodList{}
+		if err := m.Client.List(t.Context(), pods, ctrlclient.InNamespace(gitopsNamespace), ctrlclient.MatchingLabels{"job-name": staleJob}); err != nil || len(pods.Items) == 0 {
+			return false
+		}
+		return gatedPod(&pods.Items[0])
+	})
+}
+
+// staleJobRan counts the Pods of the stale Job that were ungated.
+func staleJobRan(t *testing.T, m *localfleet.Member) int {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := m.Client.List(t.Context(), pods, ctrlclient.InNamespace(gitopsNamespace), ctrlclient.MatchingLabels{"job-name": staleJob}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := range pods.Items {
+		if !gatedPod(&pods.Items[i]) {
+			n++
+		}
+	}
+	return n
 }
