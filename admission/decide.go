@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,7 +62,14 @@ type BerthLeaseRef struct {
 	// Found is false when no BerthLease of that name exists in the Pod's namespace.
 	Found bool
 	UID   types.UID
+	// JustMade: the BerthLease was made moments ago (JustMadeWithin), so the mutating
+	// webhook may have looked for it a moment before it existed and left the Pod unstamped.
+	JustMade bool
 }
+
+// JustMadeWithin is how recent a BerthLease is JustMade: far longer than the moment between
+// the mutating and the validating webhook's look at it, far shorter than a Pod's life.
+const JustMadeWithin = 30 * time.Second
 
 // Decision is the outcome of a validation. A denial carries every rule the request breaks;
 // Reason is the first of them.
@@ -171,6 +179,9 @@ func DecideCreate(namespace string, pod *corev1.Pod, lease BerthLeaseRef) Decisi
 	case !lease.Found:
 		allow = ReasonAwaitingLease
 		warning = fmt.Sprintf("berth: BerthLease %q does not exist in namespace %s yet: this Pod waits gated, and is made anew once it does", leaseName, namespaceOf(namespace, pod))
+	case !stamped && lease.JustMade && awaits(pod):
+		// Mutated an instant before its BerthLease was made: waits like one made before.
+		allow = ReasonAwaitingLease
 	case uid != string(lease.UID):
 		have := fmt.Sprintf("%q", uid)
 		if !stamped {

@@ -130,6 +130,17 @@ func TestDecideCreate(t *testing.T) {
 			want:        Decision{Reason: ReasonLeaseNotFound},
 			wantMessage: []string{`BerthLease "exporter"`, "does not exist in namespace payments", "create the BerthLease first"},
 		},
+		"BerthLease made between mutation and validation: waits unstamped": {
+			pod:   managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel), ownedBy("ReplicaSet")),
+			lease: BerthLeaseRef{Found: true, UID: testUID, JustMade: true},
+			want:  Decision{Allowed: true, Reason: ReasonAwaitingLease},
+		},
+		"BerthLease made long ago, Pod unstamped: refused": {
+			pod:         managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel), ownedBy("ReplicaSet")),
+			lease:       found,
+			want:        Decision{Reason: ReasonLeaseUIDMismatch},
+			wantMessage: []string{"is missing"},
+		},
 		"a name that cannot be a BerthLease's": {
 			pod:         managedPod(withoutLabel(berthv1alpha1.ManagedLeaseUIDLabel), ownedBy("ReplicaSet"), withLabel(berthv1alpha1.ManagedLeaseLabel, "Billing_v2")),
 			want:        Decision{Reason: ReasonLeaseNotFound},

@@ -102,7 +102,7 @@ func FuzzDecideCreate(f *testing.F) {
 	f.Add(uint8(0b10000101), "exporter", "", "", false, "")
 	f.Fuzz(func(t *testing.T, marks uint8, lease, uid, nodeName string, leaseFound bool, leaseUID string) {
 		pod := fuzzPod(marks, lease, uid, "", nodeName)
-		l := BerthLeaseRef{Found: leaseFound, UID: types.UID(leaseUID)}
+		l := BerthLeaseRef{Found: leaseFound, UID: types.UID(leaseUID), JustMade: leaseFound && len(leaseUID)%2 == 1}
 		if !leaseFound {
 			l.UID = ""
 		}
@@ -114,10 +114,12 @@ func FuzzDecideCreate(f *testing.F) {
 			t.Fatalf("UID label without lease label allowed")
 		case !managed && !stamped && !d.Allowed:
 			t.Fatalf("unmanaged Pod denied: %s", d.Message)
-		case managed && d.Allowed && (!gated(pod) || pod.Spec.NodeName != "" || pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel] != string(l.UID)):
+		case managed && d.Allowed && d.Reason != ReasonAwaitingLease && (!gated(pod) || pod.Spec.NodeName != "" || pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel] != string(l.UID)):
 			t.Fatalf("managed Pod allowed that is ungated, bound or misnamed: %+v", pod)
-		case managed && d.Allowed && !l.Found && (stamped || !awaits(pod) || d.Reason != ReasonAwaitingLease):
-			t.Fatalf("managed Pod of a missing BerthLease allowed with a UID label, without a ReplicaSet or StatefulSet, or as %s", d.Reason)
+		case managed && d.Reason == ReasonAwaitingLease && (!gated(pod) || pod.Spec.NodeName != "" || stamped || !awaits(pod) || (l.Found && !l.JustMade)):
+			t.Fatalf("managed Pod allowed that is ungated, bound or misnamed: %+v", pod)
+		case managed && d.Allowed && !l.Found && d.Reason != ReasonAwaitingLease:
+			t.Fatalf("managed Pod of a missing BerthLease allowed as %s", d.Reason)
 		case !d.Allowed && (d.Message == "" || d.Reason == ""):
 			t.Fatalf("denial without a reason or message: %+v", d)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -189,5 +190,5 @@ func (a *WorkloadAdmission) lookup(ctx context.Context, namespace, name string) 
 	case err != nil:
 		return BerthLeaseRef{}, fmt.Errorf("get BerthLease %s/%s: %w", namespace, name, err)
 	}
-	return BerthLeaseRef{Found: true, UID: meta.UID}, nil
+	return BerthLeaseRef{Found: true, UID: meta.UID, JustMade: time.Since(meta.CreationTimestamp.Time) < JustMadeWithin}, nil
 }
