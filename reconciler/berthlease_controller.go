@@ -260,9 +260,11 @@ func notStatusOnly(e event.UpdateEvent) bool {
 
 // workloadPredicates pass the events of managed workloads that may need
 // marking again: created, deleted, or their spec, labels or annotations
-// changed (not their status, which their controllers write often).
+// changed, or who owns a CronJob's spec.suspend (not their status, which
+// their controllers write often).
 var workloadPredicates = mcbuilder.WithPredicates(predicate.NewPredicateFuncs(IsManaged),
-	predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
+	predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{},
+		predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return suspendOwnersChanged(e.ObjectOld, e.ObjectNew) }}))
 
 // IsManaged reports whether o is a managed Pod (it names a BerthLease).
 func IsManaged(o ctrlclient.Object) bool {
@@ -342,7 +344,7 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	// The workloads are marked before any Pod is ungated too. A failure is
 	// retried but holds nothing up: whether a CronJob's Job may run is
 	// judged again for each of its Pods (jobMayRun).
-	workloadsErr := r.syncWorkloads(ctx, bl, d)
+	workloadsErr := r.syncWorkloads(ctx, bl, d, podJobs(p))
 	if workloadsErr != nil {
 		log.Error(workloadsErr, "cannot mark the managed workloads")
 	}
@@ -504,6 +506,9 @@ func (r *BerthLeaseReconciler) reconcileGone(ctx context.Context, name types.Nam
 	}
 	if !d.RemoveFinalizer {
 		return r.result(p, mem, d), nil
+	}
+	if err := r.clearMarks(ctx, bl); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "cannot clear the marks of the managed workloads")
 	}
 	r.forgetName(name)
 	leaseHeld.DeleteLabelValues(r.ClusterIdentity, name.Namespace, name.Name)

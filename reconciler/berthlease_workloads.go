@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -157,7 +158,9 @@ func (r *BerthLeaseReconciler) listWorkloads(ctx context.Context, bl *berthv1alp
 // syncWorkloads marks bl's managed workloads with this cluster's part in the
 // lease and suspends or resumes its CronJobs. It runs after status is
 // written and before any Pod is ungated.
-func (r *BerthLeaseReconciler) syncWorkloads(ctx context.Context, bl *berthv1alpha1.BerthLease, d Decision) error {
+// jobs names the Jobs that own this BerthLease's managed Pods (podJobs): a
+// CronJob's Job its status does not list is found through its Pods.
+func (r *BerthLeaseReconciler) syncWorkloads(ctx context.Context, bl *berthv1alpha1.BerthLease, d Decision, jobs []string) error {
 	if !r.ManagedWorkloads {
 		return nil
 	}
@@ -176,10 +179,33 @@ func (r *BerthLeaseReconciler) syncWorkloads(ctx context.Context, bl *berthv1alp
 	for i := range statefulSets.Items {
 		errs = append(errs, r.mark(ctx, &statefulSets.Items[i], m.annotations(statefulSets.Items[i].Annotations)))
 	}
+	since := termStart(bl)
 	for i := range cronJobs.Items {
-		errs = append(errs, r.syncCronJob(ctx, &cronJobs.Items[i], m))
+		errs = append(errs, r.syncCronJob(ctx, &cronJobs.Items[i], m, since, jobs))
 	}
 	return errors.Join(errs...)
+}
+
+// podJobs names the Jobs that control p's managed Pods.
+func podJobs(p *observation) []string {
+	var names []string
+	for _, pods := range [][]corev1.Pod{p.gated, p.stale, p.running} {
+		for i := range pods {
+			if owner := metav1.GetControllerOf(&pods[i]); owner != nil && owner.Kind == "Job" && !slices.Contains(names, owner.Name) {
+				names = append(names, owner.Name)
+			}
+		}
+	}
+	return names
+}
+
+// termStart is when this cluster's current term of bl's lease began (the
+// lease API's time), or zero when it holds none.
+func termStart(bl *berthv1alpha1.BerthLease) time.Time {
+	if bl.Status.LeaseState != StateHeld || bl.Status.AcquiredAt == nil {
+		return time.Time{}
+	}
+	return bl.Status.AcquiredAt.Time
 }
 
 // clearMarks removes the marks from bl's managed workloads when bl is gone:
@@ -243,20 +269,32 @@ func (r *BerthLeaseReconciler) mark(ctx context.Context, obj ctrlclient.Object, 
 // syncCronJob marks cj and suspends or resumes it (decideCronJob). While the
 // cluster stands by, it also deletes the Jobs cj lists as active: they were
 // made before it was suspended, and their Pods wait gated.
-func (r *BerthLeaseReconciler) syncCronJob(ctx context.Context, cj *batchv1.CronJob, m workloadMarks) error {
+func (r *BerthLeaseReconciler) syncCronJob(ctx context.Context, cj *batchv1.CronJob, m workloadMarks, since time.Time, jobs []string) error {
 	log := logr.FromContextOrDiscard(ctx).WithValues("cronJob", cj.Name)
 	suspended := cj.Spec.Suspend != nil && *cj.Spec.Suspend
-	ours := cj.Annotations[AnnotationSuspendedBy] == suspendedByBerth
+	// The agent's suspension: marked so, or one nobody else owns any more
+	// (an owner who suspended it too, then stopped: their apply left the
+	// agent the field's only owner).
+	owners := suspendOwners(cj)
+	ours := suspended && (cj.Annotations[AnnotationSuspendedBy] == suspendedByBerth || slices.Equal(owners, []string{FieldManager}))
+	ours = ours || (!suspended && cj.Annotations[AnnotationSuspendedBy] == suspendedByBerth)
+	others := slices.ContainsFunc(owners, func(o string) bool { return o != FieldManager })
+	candidates := slices.Clone(jobs)
+	for _, ref := range cj.Status.Active {
+		if !slices.Contains(candidates, ref.Name) {
+			candidates = append(candidates, ref.Name)
+		}
+	}
 	suspend, resume := true, false
-	switch decideCronJob(m.state, suspended, ours, othersOwnSuspend(cj)) {
+	switch decideCronJob(m.state, suspended, ours, others) {
 	case cronJobSuspend:
 		if err := r.patchCronJob(ctx, cj, m, &suspend, suspendedByBerth, ""); err != nil {
 			return err
 		}
 		log.Info("suspended a managed CronJob: this cluster does not hold the lease")
 	case cronJobResume:
-		// Every Job it lists was made before: stale.
-		if err := r.deleteJobs(ctx, cj, false); err != nil {
+		// Every Job it has was made before: stale.
+		if err := r.deleteJobs(ctx, cj, candidates, time.Time{}); err != nil {
 			return err
 		}
 		// The CronJob controller would otherwise start the latest schedule
@@ -282,15 +320,17 @@ func (r *BerthLeaseReconciler) syncCronJob(ctx context.Context, cj *batchv1.Cron
 		}
 		log.Info("a managed CronJob was suspended or resumed by someone else: the agent leaves it to them", "suspend", suspended)
 	default:
-		switch {
-		case m.state == WorkloadStandby && ours:
-			if err := r.deleteJobs(ctx, cj, false); err != nil {
+		switch m.state {
+		case WorkloadStandby:
+			// Made while the CronJob was not (yet) suspended: stale.
+			if err := r.deleteJobs(ctx, cj, candidates, time.Time{}); err != nil {
 				return err
 			}
-		case m.state == WorkloadActive:
-			// A stale Job that a failed resumption left: it never runs, and
-			// with concurrencyPolicy Forbid it would hold every schedule back.
-			if err := r.deleteJobs(ctx, cj, true); err != nil {
+		case WorkloadActive:
+			// A stale Job that a failed resumption left, or one made while
+			// the cluster stood by: it never runs (jobMayRun), and with
+			// concurrencyPolicy Forbid it would hold every schedule back.
+			if err := r.deleteJobs(ctx, cj, candidates, since); err != nil {
 				return err
 			}
 		}
@@ -299,23 +339,33 @@ func (r *BerthLeaseReconciler) syncCronJob(ctx context.Context, cj *batchv1.Cron
 	return nil
 }
 
-// othersOwnSuspend reports whether a field manager other than the agent
-// owns cj's spec.suspend.
-func othersOwnSuspend(cj *batchv1.CronJob) bool {
+// suspendOwners lists the field managers that own cj's spec.suspend.
+func suspendOwners(cj *batchv1.CronJob) []string {
+	var owners []string
 	for _, e := range cj.ManagedFields {
-		if e.Manager == FieldManager || e.FieldsV1 == nil {
+		if e.FieldsV1 == nil {
 			continue
 		}
 		var fields struct {
 			Spec map[string]json.RawMessage `json:"f:spec"`
 		}
 		if json.Unmarshal(e.FieldsV1.GetRawBytes(), &fields) == nil {
-			if _, ok := fields.Spec["f:suspend"]; ok {
-				return true
+			if _, ok := fields.Spec["f:suspend"]; ok && !slices.Contains(owners, e.Manager) {
+				owners = append(owners, e.Manager)
 			}
 		}
 	}
-	return false
+	slices.Sort(owners)
+	return owners
+}
+
+// suspendOwnersChanged reports whether an update of a CronJob changed who
+// owns its spec.suspend (an apply of the value it already has changes
+// nothing else).
+func suspendOwnersChanged(old, new ctrlclient.Object) bool {
+	o, ok1 := old.(*batchv1.CronJob)
+	n, ok2 := new.(*batchv1.CronJob)
+	return ok1 && ok2 && !slices.Equal(suspendOwners(o), suspendOwners(n))
 }
 
 // patchCronJob writes m, spec.suspend (unless nil), the agent's suspension
@@ -352,24 +402,25 @@ func (r *BerthLeaseReconciler) patchCronJob(ctx context.Context, cj *batchv1.Cro
 	return nil
 }
 
-// deleteJobs deletes the Jobs cj's status lists as active (only the stale
-// ones, that may not run, when onlyStale), each bound to its UID and only
-// when cj controls it; their Pods go with them.
-func (r *BerthLeaseReconciler) deleteJobs(ctx context.Context, cj *batchv1.CronJob, onlyStale bool) error {
-	for _, ref := range cj.Status.Active {
+// deleteJobs deletes the Jobs of names that cj controls, each bound to its
+// UID; their Pods go with them. With a zero since it deletes them all (the
+// cluster stands by, or is resuming the CronJob); otherwise only those that
+// may not run in the term that began at since (cronJobMayRun).
+func (r *BerthLeaseReconciler) deleteJobs(ctx context.Context, cj *batchv1.CronJob, names []string, since time.Time) error {
+	for _, name := range names {
 		job := &batchv1.Job{}
-		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: cj.Namespace, Name: ref.Name}, job)
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: cj.Namespace, Name: name}, job)
 		switch {
 		case apierrors.IsNotFound(err):
 			continue
 		case err != nil:
-			return fmt.Errorf("read Job %s of CronJob %s: %w", ref.Name, cj.Name, err)
+			return fmt.Errorf("read Job %s of CronJob %s: %w", name, cj.Name, err)
 		}
 		if owner := metav1.GetControllerOf(job); owner == nil || owner.UID != cj.UID || !job.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if onlyStale {
-			if ok, err := r.cronJobMayRun(ctx, job); err != nil || ok {
+		if !since.IsZero() {
+			if ok, err := r.cronJobMayRun(ctx, job, since); err != nil || ok {
 				if err != nil {
 					return err
 				}
@@ -385,15 +436,12 @@ func (r *BerthLeaseReconciler) deleteJobs(ctx context.Context, cj *batchv1.CronJ
 	return nil
 }
 
-// jobMayRun reports whether pod may be ungated as far as its Job goes. A Pod
-// that no Job controls may. A Job's Pod may not when the Job is gone or
-// going, nor when a CronJob controls the Job and either the agent still
-// holds that CronJob suspended, or the Job's schedule fell at or before the
-// takeover the agent resumed the CronJob at (a Job made on this cluster
-// while it stood by, which deleteJobs may have missed: it is stale). The
-// answers are read from the API server, not the cache, and remembered in
-// jobs for one ungating pass.
-func (r *BerthLeaseReconciler) jobMayRun(ctx context.Context, pod *corev1.Pod, jobs map[types.UID]bool) (bool, error) {
+// jobMayRun reports whether pod may be ungated as far as its Job goes, in
+// the term that began at since. A Pod that no Job controls may. A Job's Pod
+// may not when the Job is gone or going, nor when a CronJob controls the Job
+// and cronJobMayRun says no. The answers are read from the API server, not
+// the cache, and remembered in jobs for one ungating pass.
+func (r *BerthLeaseReconciler) jobMayRun(ctx context.Context, pod *corev1.Pod, since time.Time, jobs map[types.UID]bool) (bool, error) {
 	owner := metav1.GetControllerOf(pod)
 	if owner == nil || owner.Kind != "Job" || owner.APIVersion != batchv1.SchemeGroupVersion.String() {
 		return true, nil
@@ -413,7 +461,7 @@ func (r *BerthLeaseReconciler) jobMayRun(ctx context.Context, pod *corev1.Pod, j
 		jobs[owner.UID] = false
 		return false, nil
 	}
-	ok, err := r.cronJobMayRun(ctx, job)
+	ok, err := r.cronJobMayRun(ctx, job, since)
 	if err != nil {
 		return false, err
 	}
@@ -421,9 +469,15 @@ func (r *BerthLeaseReconciler) jobMayRun(ctx context.Context, pod *corev1.Pod, j
 	return ok, nil
 }
 
-// cronJobMayRun judges a Job by the CronJob that controls it, if any
-// (jobMayRun).
-func (r *BerthLeaseReconciler) cronJobMayRun(ctx context.Context, job *batchv1.Job) (bool, error) {
+// cronJobMayRun judges a Job by the CronJob that controls it, if any, for
+// the term that began at since: not while the agent holds the CronJob
+// suspended, and not when the Job's schedule (or, for a Job made by hand,
+// its creation) came at or before the term began or the agent resumed the
+// CronJob: such a Job was made while this cluster stood by, and the
+// previous holder ran that schedule. Whichever path the CronJob took to
+// running here (resumed by the agent, by its owner, or never suspended),
+// no Job from before the term runs.
+func (r *BerthLeaseReconciler) cronJobMayRun(ctx context.Context, job *batchv1.Job, since time.Time) (bool, error) {
 	owner := metav1.GetControllerOf(job)
 	if owner == nil || owner.Kind != "CronJob" || owner.APIVersion != batchv1.SchemeGroupVersion.String() {
 		return true, nil
@@ -440,13 +494,12 @@ func (r *BerthLeaseReconciler) cronJobMayRun(ctx context.Context, job *batchv1.J
 	case cj.Annotations[AnnotationSuspendedBy] == suspendedByBerth:
 		return false, nil
 	}
-	resumed, err := time.Parse(time.RFC3339, cj.Annotations[AnnotationResumedAt])
-	if err != nil {
-		return true, nil // never resumed by the agent
+	if resumed, err := time.Parse(time.RFC3339, cj.Annotations[AnnotationResumedAt]); err == nil && resumed.After(since) {
+		since = resumed
 	}
-	scheduled, err := time.Parse(time.RFC3339, job.Annotations[scheduledAtAnnotation])
-	if err != nil {
-		return true, nil // made by hand (kubectl create job --from), not by a schedule
+	made := job.CreationTimestamp.Time
+	if scheduled, err := time.Parse(time.RFC3339, job.Annotations[scheduledAtAnnotation]); err == nil {
+		made = scheduled
 	}
-	return scheduled.After(resumed), nil
+	return made.After(since), nil
 }

@@ -102,28 +102,31 @@ func TestDecideCronJob(t *testing.T) {
 	}
 }
 
-// TestOthersOwnSuspend: the agent tells its own suspension of a CronJob from
+// TestSuspendOwners: the agent tells its own suspension of a CronJob from
 // one another field manager (its owner, a GitOps tool) made too.
-func TestOthersOwnSuspend(t *testing.T) {
+func TestSuspendOwners(t *testing.T) {
 	entry := func(manager, fields string) metav1.ManagedFieldsEntry {
-		return metav1.ManagedFieldsEntry{Manager: manager, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+		return metav1.ManagedFieldsEntry{Manager: manager, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}
 	}
 	cases := map[string]struct {
 		fields []metav1.ManagedFieldsEntry
-		want   bool
+		want   []string
 	}{
-		"nobody":                {},
-		"the agent alone":       {fields: []metav1.ManagedFieldsEntry{entry(FieldManager, `{"f:spec":{"f:suspend":{}}}`)}, want: false},
-		"the owner's schedule":  {fields: []metav1.ManagedFieldsEntry{entry("kubectl", `{"f:spec":{"f:schedule":{}}}`), entry(FieldManager, `{"f:spec":{"f:suspend":{}}}`)}, want: false},
-		"the owner's suspend":   {fields: []metav1.ManagedFieldsEntry{entry("kustomize-controller", `{"f:spec":{"f:schedule":{},"f:suspend":{}}}`)}, want: true},
-		"shared with the agent": {fields: []metav1.ManagedFieldsEntry{entry(FieldManager, `{"f:spec":{"f:suspend":{}}}`), entry("argocd-controller", `{"f:spec":{"f:suspend":{}}}`)}, want: true},
-		"status only":           {fields: []metav1.ManagedFieldsEntry{entry("kube-controller-manager", `{"f:status":{"f:lastScheduleTime":{}}}`)}, want: false},
+		"nobody":               {},
+		"the agent alone":      {fields: []metav1.ManagedFieldsEntry{entry(FieldManager, `{"f:spec":{"f:suspend":{}}}`)}, want: []string{FieldManager}},
+		"the owner's schedule": {fields: []metav1.ManagedFieldsEntry{entry("kubectl", `{"f:spec":{"f:schedule":{}}}`), entry(FieldManager, `{"f:spec":{"f:suspend":{}}}`)}, want: []string{FieldManager}},
+		"the owner's suspend":  {fields: []metav1.ManagedFieldsEntry{entry("kustomize-controller", `{"f:spec":{"f:schedule":{},"f:suspend":{}}}`)}, want: []string{"kustomize-controller"}},
+		"shared with the agent": {
+			fields: []metav1.ManagedFieldsEntry{entry(FieldManager, `{"f:spec":{"f:suspend":{}}}`), entry("argocd-controller", `{"f:spec":{"f:suspend":{}}}`)},
+			want:   []string{"argocd-controller", FieldManager},
+		},
+		"status only": {fields: []metav1.ManagedFieldsEntry{entry("kube-controller-manager", `{"f:status":{"f:lastScheduleTime":{}}}`)}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			cj := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{ManagedFields: tc.fields}}
-			if got := othersOwnSuspend(cj); got != tc.want {
-				t.Errorf("othersOwnSuspend() = %v, want %v", got, tc.want)
+			if diff := cmp.Diff(tc.want, suspendOwners(cj)); diff != "" {
+				t.Errorf("suspendOwners() mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -133,9 +133,12 @@ func TestGitOps(t *testing.T) {
 	// A stale Job on each standby cluster, as a CronJob makes one just before
 	// it is suspended (or a crash leaves one its status does not list): its
 	// Pod waits gated and must never run, even where the cluster takes over.
+	// And the CronJob's owner pauses it on the standby clusters with a
+	// server-side apply, as Flux does (the agent had suspended it already).
 	for _, m := range r.Members {
 		if m.Name != holder {
 			createStaleJob(t, m)
+			ownerSuspends(t, m, true)
 		}
 	}
 
@@ -147,9 +150,20 @@ func TestGitOps(t *testing.T) {
 	next := reportsRunner(t, r, ttl+60*time.Second, holder)
 	tookOver := time.Now()
 	t.Logf("cordoned %s: %s runs %s", holder, next, reports)
-	poll.For(t, 30*time.Second, next+" resumes its CronJob and "+holder+" suspends its own", func() bool {
+	// The owner's pause holds through the takeover; when the owner lifts it
+	// (drops the field from its apply), the agent resumes the CronJob.
+	poll.For(t, 30*time.Second, next+" leaves its CronJob to its owner, suspended", func() bool {
+		n := cronJob(t, r.Member(next))
+		return ptr.Deref(n.Spec.Suspend, false) && n.Annotations[berthv1alpha1.SuspendedByAnnotation] == ""
+	})
+	time.Sleep(2 * time.Second)
+	if n := cronJob(t, r.Member(next)); !ptr.Deref(n.Spec.Suspend, false) {
+		t.Errorf("%s resumed a CronJob its owner suspended", next)
+	}
+	ownerSuspends(t, r.Member(next), false)
+	poll.For(t, 30*time.Second, next+" resumes its CronJob once its owner no longer suspends it, and "+holder+" suspends its own", func() bool {
 		n, o := cronJob(t, r.Member(next)), cronJob(t, r.Member(holder))
-		return !ptr.Deref(n.Spec.Suspend, false) && n.Annotations[berthv1alpha1.SuspendedByAnnotation] == "" &&
+		return !ptr.Deref(n.Spec.Suspend, false) && n.Annotations[berthv1alpha1.ResumedAtAnnotation] != "" &&
 			ptr.Deref(o.Spec.Suspend, false) && o.Annotations[berthv1alpha1.SuspendedByAnnotation] != ""
 	})
 	checkHealthy(t, r, next, holder, checks)
@@ -547,4 +561,23 @@ func staleJobRan(t *testing.T, m *localfleet.Member) int {
 		}
 	}
 	return n
+}
+
+// ownerSuspends applies the CronJob's spec.suspend: true server-side as its
+// owner's GitOps tool ("flux") would, or, with false, drops the field from
+// that apply (the way an owner lifts a pause in Git).
+func ownerSuspends(t *testing.T, m *localfleet.Member, suspend bool) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "CronJob"})
+	u.SetNamespace(gitopsNamespace)
+	u.SetName(invoices)
+	if suspend {
+		if err := unstructured.SetNestedField(u.Object, true, "spec", "suspend"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Client.Apply(t.Context(), ctrlclient.ApplyConfigurationFromUnstructured(u), ctrlclient.FieldOwner("flux"), ctrlclient.ForceOwnership); err != nil {
+		t.Fatalf("%s: the owner's apply of the CronJob: %v", m.Name, err)
+	}
 }
