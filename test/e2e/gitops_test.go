@@ -130,20 +130,22 @@ func TestGitOps(t *testing.T) {
 		}
 	}
 
-	// A stale Job on each standby cluster, as a CronJob makes one just before
-	// it is suspended (or a crash leaves one its status does not list): its
-	// Pod waits gated and must never run, even where the cluster takes over.
-	// And the CronJob's owner pauses it on the standby clusters with a
-	// server-side apply, as Flux does (the agent had suspended it already).
+	// A stale Job on each standby cluster, as a CronJob makes one in a moment
+	// it is not suspended (its status need not list it): the agent deletes
+	// it, and its Pod never runs. And the CronJob's owner pauses it on the
+	// standby clusters with a server-side apply, as Flux does (the agent had
+	// suspended it already).
 	for _, m := range r.Members {
 		if m.Name != holder {
-			createStaleJob(t, m)
+			createStaleJob(t, m, time.Now().Add(-time.Minute))
+			awaitStaleJobGone(t, m)
 			ownerSuspends(t, m, true)
 		}
 	}
 
 	// A failover by cordon: the new holder resumes its CronJob without
 	// running a schedule that fell before it took over, the old one suspends.
+	cordoned := time.Now()
 	if _, err := r.LeaseAPI.Admin.Cordon(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +168,11 @@ func TestGitOps(t *testing.T) {
 		return !ptr.Deref(n.Spec.Suspend, false) && n.Annotations[berthv1alpha1.ResumedAtAnnotation] != "" &&
 			ptr.Deref(o.Spec.Suspend, false) && o.Annotations[berthv1alpha1.SuspendedByAnnotation] != ""
 	})
+	// A Job scheduled before the takeover (before the cordon that caused it),
+	// found on the new holder, one its status does not list: it never runs
+	// there, and is deleted.
+	createStaleJob(t, r.Member(next), cordoned.Add(-time.Second))
+	awaitStaleJobGone(t, r.Member(next))
 	checkHealthy(t, r, next, holder, checks)
 	for _, m := range r.Members {
 		cj := object(t, m, schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "CronJob"}, invoices)
@@ -179,9 +186,6 @@ func TestGitOps(t *testing.T) {
 	poll.For(t, 60*time.Second, next+" runs the CronJob's next schedule", func() bool {
 		return completedJobs(t, r.Member(next)) > 0
 	})
-	if n := staleJobRan(t, r.Member(next)); n > 0 {
-		t.Errorf("%s ran %d Pod(s) of a Job scheduled before it took over", next, n)
-	}
 	for _, j := range cronJobJobs(t, r.Member(next)) {
 		if j.Name == staleJob {
 			continue
@@ -519,18 +523,18 @@ func awaitMinute(t *testing.T) {
 	}
 }
 
-// staleJob is a Job of the CronJob scheduled a minute before the test made it.
+// staleJob is a Job of the CronJob made by the test, scheduled in the past.
 const staleJob = "invoices-stale"
 
-// createStaleJob makes, on a standby cluster, a Job the CronJob controls,
-// scheduled in the past, whose Pod waits gated.
-func createStaleJob(t *testing.T, m *localfleet.Member) {
+// createStaleJob makes a Job the CronJob controls, scheduled at at, as the
+// CronJob controller would have.
+func createStaleJob(t *testing.T, m *localfleet.Member, at time.Time) {
 	t.Helper()
 	cj := cronJob(t, m)
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: gitopsNamespace, Name: staleJob,
-			Annotations:     map[string]string{"batch.kubernetes.io/cronjob-scheduled-timestamp": time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)},
+			Annotations:     map[string]string{"batch.kubernetes.io/cronjob-scheduled-timestamp": at.UTC().Format(time.RFC3339)},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cj, batchv1.SchemeGroupVersion.WithKind("CronJob"))},
 		},
 		Spec: cj.Spec.JobTemplate.Spec,
@@ -538,29 +542,25 @@ func createStaleJob(t *testing.T, m *localfleet.Member) {
 	if err := m.Client.Create(t.Context(), job); err != nil {
 		t.Fatalf("%s: create a stale Job: %v", m.Name, err)
 	}
-	poll.For(t, 30*time.Second, m.Name+"'s stale Job has its Pod, gated", func() bool {
-		pods := &corev1.PodList{}
-		if err := m.Client.List(t.Context(), pods, ctrlclient.InNamespace(gitopsNamespace), ctrlclient.MatchingLabels{"job-name": staleJob}); err != nil || len(pods.Items) == 0 {
-			return false
-		}
-		return gatedPod(&pods.Items[0])
-	})
 }
 
-// staleJobRan counts the Pods of the stale Job that were ungated.
-func staleJobRan(t *testing.T, m *localfleet.Member) int {
+// awaitStaleJobGone waits until the agent has deleted the stale Job and its
+// Pods, and fails the test if any of them was ungated meanwhile.
+func awaitStaleJobGone(t *testing.T, m *localfleet.Member) {
 	t.Helper()
-	pods := &corev1.PodList{}
-	if err := m.Client.List(t.Context(), pods, ctrlclient.InNamespace(gitopsNamespace), ctrlclient.MatchingLabels{"job-name": staleJob}); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for i := range pods.Items {
-		if !gatedPod(&pods.Items[i]) {
-			n++
+	poll.For(t, 30*time.Second, m.Name+" deletes the stale Job, its Pod never ungated", func() bool {
+		pods := &corev1.PodList{}
+		if err := m.Client.List(t.Context(), pods, ctrlclient.InNamespace(gitopsNamespace), ctrlclient.MatchingLabels{"job-name": staleJob}); err != nil {
+			return false
 		}
-	}
-	return n
+		for i := range pods.Items {
+			if !gatedPod(&pods.Items[i]) {
+				t.Fatalf("%s ungated Pod %s of a stale Job", m.Name, pods.Items[i].Name)
+			}
+		}
+		err := m.Client.Get(t.Context(), ctrlclient.ObjectKey{Namespace: gitopsNamespace, Name: staleJob}, &batchv1.Job{})
+		return apierrors.IsNotFound(err) && len(pods.Items) == 0
+	})
 }
 
 // ownerSuspends applies the CronJob's spec.suspend: true server-side as its
