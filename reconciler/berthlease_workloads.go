@@ -157,9 +157,9 @@ func (r *BerthLeaseReconciler) listWorkloads(ctx context.Context, bl *berthv1alp
 
 // syncWorkloads marks bl's managed workloads with this cluster's part in the
 // lease and suspends or resumes its CronJobs. It runs after status is
-// written and before any Pod is ungated.
-// jobs names the Jobs that own this BerthLease's managed Pods (podJobs): a
-// CronJob's Job its status does not list is found through its Pods.
+// written and before any Pod is ungated. jobs names the Jobs that control
+// bl's managed Pods (podJobs): a CronJob's Job that its status does not
+// list is found through its Pods.
 func (r *BerthLeaseReconciler) syncWorkloads(ctx context.Context, bl *berthv1alpha1.BerthLease, d Decision, jobs []string) error {
 	if !r.ManagedWorkloads {
 		return nil
@@ -232,14 +232,11 @@ func (r *BerthLeaseReconciler) clearMarks(ctx context.Context, bl *berthv1alpha1
 	}
 	var errs []error
 	for _, o := range objs {
-		var none workloadMarks
-		patch := none.annotations(o.GetAnnotations())
-		delete(patch, AnnotationLeaseState)
-		if _, had := o.GetAnnotations()[AnnotationLeaseState]; had {
-			if patch == nil {
-				patch = map[string]any{}
+		patch := map[string]any{}
+		for _, k := range []string{AnnotationLeaseState, AnnotationHolder, AnnotationFencingToken} {
+			if _, had := o.GetAnnotations()[k]; had {
+				patch[k] = nil
 			}
-			patch[AnnotationLeaseState] = nil
 		}
 		errs = append(errs, r.mark(ctx, o, patch))
 	}
@@ -266,9 +263,10 @@ func (r *BerthLeaseReconciler) mark(ctx context.Context, obj ctrlclient.Object, 
 	return nil
 }
 
-// syncCronJob marks cj and suspends or resumes it (decideCronJob). While the
-// cluster stands by, it also deletes the Jobs cj lists as active: they were
-// made before it was suspended, and their Pods wait gated.
+// syncCronJob marks cj and suspends or resumes it (decideCronJob). It
+// deletes cj's stale Jobs among jobs and those its status lists: all of them
+// while the cluster stands by or resumes cj, those that may not run in the
+// term that began at since while it holds the lease.
 func (r *BerthLeaseReconciler) syncCronJob(ctx context.Context, cj *batchv1.CronJob, m workloadMarks, since time.Time, jobs []string) error {
 	log := logr.FromContextOrDiscard(ctx).WithValues("cronJob", cj.Name)
 	suspended := cj.Spec.Suspend != nil && *cj.Spec.Suspend
@@ -276,8 +274,8 @@ func (r *BerthLeaseReconciler) syncCronJob(ctx context.Context, cj *batchv1.Cron
 	// (an owner who suspended it too, then stopped: their apply left the
 	// agent the field's only owner).
 	owners := suspendOwners(cj)
-	ours := suspended && (cj.Annotations[AnnotationSuspendedBy] == suspendedByBerth || slices.Equal(owners, []string{FieldManager}))
-	ours = ours || (!suspended && cj.Annotations[AnnotationSuspendedBy] == suspendedByBerth)
+	marked := cj.Annotations[AnnotationSuspendedBy] == suspendedByBerth
+	ours := marked || (suspended && slices.Equal(owners, []string{FieldManager}))
 	others := slices.ContainsFunc(owners, func(o string) bool { return o != FieldManager })
 	candidates := slices.Clone(jobs)
 	for _, ref := range cj.Status.Active {
