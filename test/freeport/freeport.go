@@ -8,6 +8,7 @@ package freeport
 import (
 	"fmt"
 	"net"
+	"slices"
 )
 
 // Ports returns n distinct free ports. It holds all of them open until it has
@@ -29,6 +30,23 @@ func Ports(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// PortsExcept returns n distinct free ports, none of them in taken (ports
+// found earlier for the same process, which another call could return again
+// once they were closed).
+func PortsExcept(n int, taken ...int) ([]int, error) {
+	ports, err := Ports(n + len(taken))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, n)
+	for _, p := range ports {
+		if len(out) < n && !slices.Contains(taken, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // Port returns one free port.

@@ -46,14 +46,20 @@ func (m *Member) installAgentChart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// None of the Pod's ports may be another's: the chart refuses a Pod that names
+	// one twice (and a port found earlier may be found again once it was closed).
 	metricsPort, err := m.metricsPort()
 	if err != nil {
 		return err
 	}
-	probePort, err := freeport.Port()
+	ports, err := freeport.PortsExcept(2, m.webhookPort, metricsPort)
 	if err != nil {
 		return err
 	}
+	if metricsPort == 0 {
+		metricsPort = ports[1]
+	}
+	probePort := ports[0]
 	values := charts.Values{
 		"clusterId=" + m.Name,
 		"leaseApi.url=http://" + m.Proxy.Addr,
@@ -73,13 +79,13 @@ func (m *Member) installAgentChart(ctx context.Context) error {
 	return nil
 }
 
-// metricsPort is the port of the member's /metrics, or a free one when the fleet serves
-// none (the chart always serves metrics).
+// metricsPort is the port of the member's /metrics, or 0 when the fleet serves none (the
+// chart always serves metrics, on a free port then).
 func (m *Member) metricsPort() (int, error) {
 	if _, port, err := net.SplitHostPort(m.metricsAddr); err == nil {
 		return strconv.Atoi(port)
 	}
-	return freeport.Port() // "0": the fleet serves no metrics
+	return 0, nil
 }
 
 // startChartAgent runs the chart's agent Deployment as a local process (test/podrun), as

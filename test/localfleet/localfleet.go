@@ -231,17 +231,14 @@ func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string, m
 	if api.tokenFile, api.TokenFiles, err = leaseapitest.WriteTokens(dir, tokens); err != nil {
 		return nil, err
 	}
-	port, err := freeport.Port()
+	ports, err := freeport.Ports(2) // the API's and its metrics', distinct
 	if err != nil {
 		return nil, err
 	}
-	api.addr = fmt.Sprintf("127.0.0.1:%d", port)
+	api.addr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	api.URL = "http://" + api.addr
 	if metrics {
-		if port, err = freeport.Port(); err != nil {
-			return nil, err
-		}
-		api.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+		api.metricsAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
 		api.MetricsURL = "http://" + api.metricsAddr + "/metrics"
 	}
 	if api.Admin, err = leaseclient.New(leaseclient.Config{URL: api.URL, TokenFile: api.TokenFiles[AdminSubject], Timeout: 2 * time.Second}); err != nil {

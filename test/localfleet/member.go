@@ -107,8 +107,12 @@ func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*
 		m.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
 		m.MetricsURL = "http://" + m.metricsAddr + "/metrics"
 	}
+	metricsPort, err := m.metricsPort()
+	if err != nil {
+		return nil, err
+	}
 	if f.opts.Helm {
-		if m.webhookPort, err = freeport.Port(); err != nil {
+		if m.webhookPort, err = onePortExcept(metricsPort); err != nil {
 			return nil, err
 		}
 		return m, m.installAgentChart(ctx)
@@ -119,11 +123,20 @@ func newMember(ctx context.Context, c *kubeenv.Cluster, f *Fleet, dir string) (*
 	if !f.admission() {
 		return m, nil
 	}
-	if m.webhookPort, err = freeport.Port(); err != nil {
+	if m.webhookPort, err = onePortExcept(metricsPort); err != nil {
 		return nil, err
 	}
 	m.webhookCA, err = pki.WriteServing(m.certDir(), "berth-agent", "127.0.0.1", "localhost")
 	return m, err
+}
+
+// onePortExcept is a free port other than taken (0 stands for none).
+func onePortExcept(taken int) (int, error) {
+	ports, err := freeport.PortsExcept(1, taken)
+	if err != nil {
+		return 0, err
+	}
+	return ports[0], nil
 }
 
 // crdDir is deploy/crd of this module, wherever the caller runs from.
