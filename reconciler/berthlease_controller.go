@@ -366,12 +366,8 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	observeLease(r.ClusterIdentity, bl, p.facts, d)
 	supersededLeft := r.settleSuperseded(ctx, bl)
 	if d.RemoveFinalizer {
-		if err := r.clearMarks(ctx, bl); err != nil {
-			log.Error(err, "cannot clear the marks of the managed workloads")
-		}
 		r.forget(bl.UID)
-		leaseHeld.DeleteLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name)
-		deadlineRemaining.DeleteLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name)
+		r.lettingGo(ctx, bl)
 		if controllerutil.RemoveFinalizer(bl, FinalizerName) {
 			if err := r.Update(ctx, bl); err != nil && !apierrors.IsNotFound(err) {
 				return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
@@ -507,13 +503,19 @@ func (r *BerthLeaseReconciler) reconcileGone(ctx context.Context, name types.Nam
 	if !d.RemoveFinalizer {
 		return r.result(p, mem, d), nil
 	}
+	r.forgetName(name)
+	r.lettingGo(ctx, bl)
+	return ctrl.Result{}, nil
+}
+
+// lettingGo is the last of a BerthLease in this cluster, once nothing of it
+// runs or is held: its gauges go, and so do the marks on its workloads.
+func (r *BerthLeaseReconciler) lettingGo(ctx context.Context, bl *berthv1alpha1.BerthLease) {
+	leaseHeld.DeleteLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name)
+	deadlineRemaining.DeleteLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name)
 	if err := r.clearMarks(ctx, bl); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "cannot clear the marks of the managed workloads")
 	}
-	r.forgetName(name)
-	leaseHeld.DeleteLabelValues(r.ClusterIdentity, name.Namespace, name.Name)
-	deadlineRemaining.DeleteLabelValues(r.ClusterIdentity, name.Namespace, name.Name)
-	return ctrl.Result{}, nil
 }
 
 // goneOf is what is known of a BerthLease that is gone: the last seen

@@ -350,7 +350,7 @@ func (r *BerthLeaseReconciler) actOnPods(ctx context.Context, bl *berthv1alpha1.
 func (r *BerthLeaseReconciler) ungate(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation) error {
 	log := logr.FromContextOrDiscard(ctx)
 	term := p.facts.Term
-	jobs := map[types.UID]bool{}
+	jobs, since := map[types.UID]bool{}, termStart(bl)
 	var errs []error
 	for i := range p.gated {
 		if !r.Clock.Now().Before(term.Deadline) {
@@ -359,7 +359,7 @@ func (r *BerthLeaseReconciler) ungate(ctx context.Context, bl *berthv1alpha1.Ber
 		if now := p.mem.read().term; now == nil || now.Token != term.Token || now.Holder != term.Holder {
 			return nil // the renewer learnt that the term ended: its wake-up follows
 		}
-		if ok, err := r.jobMayRun(ctx, &p.gated[i], termStart(bl), jobs); !ok {
+		if ok, err := r.jobMayRun(ctx, &p.gated[i], since, jobs); !ok {
 			if err != nil {
 				// Only this Pod waits; the reconcile is retried.
 				errs = append(errs, err)

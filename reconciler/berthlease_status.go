@@ -211,8 +211,8 @@ func health(in statusInput, acquired, heartbeat metav1.Condition, since, failing
 }
 
 // setHealth writes h into conds: Ready always, Reconciling and Stalled
-// only while True. A Reconciling condition whose reason changes starts
-// anew (its transition time says since when the cluster is at it).
+// only while True. Either one whose reason changes starts anew (its
+// transition time says since when the cluster is at it).
 func setHealth(conds *[]metav1.Condition, h healthState, generation int64, now time.Time) {
 	h.ready.ObservedGeneration = generation
 	apimeta.SetStatusCondition(conds, h.ready)

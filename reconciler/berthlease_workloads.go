@@ -47,7 +47,7 @@ const (
 const FieldManager = "berth-agent"
 
 // suspendedByBerth is the value of AnnotationSuspendedBy.
-const suspendedByBerth = "berth-agent"
+const suspendedByBerth = FieldManager
 
 // scheduledAtAnnotation is the CronJob controller's record, on each Job, of
 // the schedule it runs.
@@ -143,16 +143,24 @@ func decideCronJob(state string, suspended, ours, others bool) cronJobAction {
 	return cronJobKeep
 }
 
-// listWorkloads lists bl's managed workloads from the cache.
-func (r *BerthLeaseReconciler) listWorkloads(ctx context.Context, bl *berthv1alpha1.BerthLease) (*appsv1.DeploymentList, *appsv1.StatefulSetList, *batchv1.CronJobList, error) {
+// listWorkloads lists bl's managed workloads from the cache: the ones it
+// only marks (Deployments and StatefulSets), and its CronJobs.
+func (r *BerthLeaseReconciler) listWorkloads(ctx context.Context, bl *berthv1alpha1.BerthLease) ([]ctrlclient.Object, []batchv1.CronJob, error) {
 	in := []ctrlclient.ListOption{ctrlclient.InNamespace(bl.Namespace), ctrlclient.MatchingLabels{ManagedLease: bl.Name}}
 	deployments, statefulSets, cronJobs := &appsv1.DeploymentList{}, &appsv1.StatefulSetList{}, &batchv1.CronJobList{}
 	for _, l := range []ctrlclient.ObjectList{deployments, statefulSets, cronJobs} {
 		if err := r.List(ctx, l, in...); err != nil {
-			return nil, nil, nil, fmt.Errorf("list managed workloads: %w", err)
+			return nil, nil, fmt.Errorf("list managed workloads: %w", err)
 		}
 	}
-	return deployments, statefulSets, cronJobs, nil
+	var marked []ctrlclient.Object
+	for i := range deployments.Items {
+		marked = append(marked, &deployments.Items[i])
+	}
+	for i := range statefulSets.Items {
+		marked = append(marked, &statefulSets.Items[i])
+	}
+	return marked, cronJobs.Items, nil
 }
 
 // syncWorkloads marks bl's managed workloads with this cluster's part in the
@@ -168,20 +176,17 @@ func (r *BerthLeaseReconciler) syncWorkloads(ctx context.Context, bl *berthv1alp
 	if !ok {
 		return nil
 	}
-	deployments, statefulSets, cronJobs, err := r.listWorkloads(ctx, bl)
+	marked, cronJobs, err := r.listWorkloads(ctx, bl)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for i := range deployments.Items {
-		errs = append(errs, r.mark(ctx, &deployments.Items[i], m.annotations(deployments.Items[i].Annotations)))
-	}
-	for i := range statefulSets.Items {
-		errs = append(errs, r.mark(ctx, &statefulSets.Items[i], m.annotations(statefulSets.Items[i].Annotations)))
+	for _, o := range marked {
+		errs = append(errs, r.mark(ctx, o, m.annotations(o.GetAnnotations())))
 	}
 	since := termStart(bl)
-	for i := range cronJobs.Items {
-		errs = append(errs, r.syncCronJob(ctx, &cronJobs.Items[i], m, since, jobs))
+	for i := range cronJobs {
+		errs = append(errs, r.syncCronJob(ctx, &cronJobs[i], m, since, jobs))
 	}
 	return errors.Join(errs...)
 }
@@ -216,19 +221,12 @@ func (r *BerthLeaseReconciler) clearMarks(ctx context.Context, bl *berthv1alpha1
 	if !r.ManagedWorkloads {
 		return nil
 	}
-	deployments, statefulSets, cronJobs, err := r.listWorkloads(ctx, bl)
+	objs, cronJobs, err := r.listWorkloads(ctx, bl)
 	if err != nil {
 		return err
 	}
-	var objs []ctrlclient.Object
-	for i := range deployments.Items {
-		objs = append(objs, &deployments.Items[i])
-	}
-	for i := range statefulSets.Items {
-		objs = append(objs, &statefulSets.Items[i])
-	}
-	for i := range cronJobs.Items {
-		objs = append(objs, &cronJobs.Items[i])
+	for i := range cronJobs {
+		objs = append(objs, &cronJobs[i])
 	}
 	var errs []error
 	for _, o := range objs {
@@ -248,19 +246,25 @@ func (r *BerthLeaseReconciler) mark(ctx context.Context, obj ctrlclient.Object, 
 	if len(annotations) == 0 {
 		return nil
 	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
-	if err != nil {
-		return err
-	}
-	err = r.Patch(ctx, obj, ctrlclient.RawPatch(types.MergePatchType, body), ctrlclient.FieldOwner(FieldManager))
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil // gone: nothing to mark
-	case err != nil:
+	if err := r.mergePatch(ctx, obj, map[string]any{"metadata": map[string]any{"annotations": annotations}}); err != nil {
 		return fmt.Errorf("mark %T %s: %w", obj, obj.GetName(), err)
 	}
 	logr.FromContextOrDiscard(ctx).V(1).Info("marked managed workload", "kind", fmt.Sprintf("%T", obj), "name", obj.GetName(), "annotations", annotations)
 	return nil
+}
+
+// mergePatch merge-patches obj with patch as the agent's field manager. An
+// object that is gone needs nothing: nil.
+func (r *BerthLeaseReconciler) mergePatch(ctx context.Context, obj ctrlclient.Object, patch map[string]any) error {
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	err = r.Patch(ctx, obj, ctrlclient.RawPatch(types.MergePatchType, body), ctrlclient.FieldOwner(FieldManager))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // syncCronJob marks cj and suspends or resumes it (decideCronJob). It
@@ -386,15 +390,7 @@ func (r *BerthLeaseReconciler) patchCronJob(ctx context.Context, cj *batchv1.Cro
 	if suspend != nil {
 		patch["spec"] = map[string]any{"suspend": *suspend}
 	}
-	body, err := json.Marshal(patch)
-	if err != nil {
-		return err
-	}
-	err = r.Patch(ctx, cj, ctrlclient.RawPatch(types.MergePatchType, body), ctrlclient.FieldOwner(FieldManager))
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
+	if err := r.mergePatch(ctx, cj, patch); err != nil {
 		return fmt.Errorf("suspend or resume CronJob %s: %w", cj.Name, err)
 	}
 	return nil
@@ -403,7 +399,7 @@ func (r *BerthLeaseReconciler) patchCronJob(ctx context.Context, cj *batchv1.Cro
 // deleteJobs deletes the Jobs of names that cj controls, each bound to its
 // UID; their Pods go with them. With a zero since it deletes them all (the
 // cluster stands by, or is resuming the CronJob); otherwise only those that
-// may not run in the term that began at since (cronJobMayRun).
+// may not run in the term that began at since (staleJob).
 func (r *BerthLeaseReconciler) deleteJobs(ctx context.Context, cj *batchv1.CronJob, names []string, since time.Time) error {
 	for _, name := range names {
 		job := &batchv1.Job{}
@@ -417,13 +413,8 @@ func (r *BerthLeaseReconciler) deleteJobs(ctx context.Context, cj *batchv1.CronJ
 		if owner := metav1.GetControllerOf(job); owner == nil || owner.UID != cj.UID || !job.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if !since.IsZero() {
-			if ok, err := r.cronJobMayRun(ctx, job, since); err != nil || ok {
-				if err != nil {
-					return err
-				}
-				continue
-			}
+		if !since.IsZero() && !staleJob(job, cj, since) {
+			continue
 		}
 		err = r.Delete(ctx, job, ctrlclient.PropagationPolicy(metav1.DeletePropagationBackground), ctrlclient.Preconditions{UID: &job.UID})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
@@ -467,14 +458,8 @@ func (r *BerthLeaseReconciler) jobMayRun(ctx context.Context, pod *corev1.Pod, s
 	return ok, nil
 }
 
-// cronJobMayRun judges a Job by the CronJob that controls it, if any, for
-// the term that began at since: not while the agent holds the CronJob
-// suspended, and not when the Job's schedule (or, for a Job made by hand,
-// its creation) came at or before the term began or the agent resumed the
-// CronJob: such a Job was made while this cluster stood by, and the
-// previous holder ran that schedule. Whichever path the CronJob took to
-// running here (resumed by the agent, by its owner, or never suspended),
-// no Job from before the term runs.
+// cronJobMayRun judges a Job by the CronJob that controls it, if any, read
+// from the API server (staleJob), for the term that began at since.
 func (r *BerthLeaseReconciler) cronJobMayRun(ctx context.Context, job *batchv1.Job, since time.Time) (bool, error) {
 	owner := metav1.GetControllerOf(job)
 	if owner == nil || owner.Kind != "CronJob" || owner.APIVersion != batchv1.SchemeGroupVersion.String() {
@@ -489,8 +474,20 @@ func (r *BerthLeaseReconciler) cronJobMayRun(ctx context.Context, job *batchv1.J
 		return false, fmt.Errorf("read CronJob %s of Job %s: %w", owner.Name, job.Name, err)
 	case cj.UID != owner.UID:
 		return false, nil
-	case cj.Annotations[AnnotationSuspendedBy] == suspendedByBerth:
-		return false, nil
+	}
+	return !staleJob(job, cj, since), nil
+}
+
+// staleJob reports whether job, which cj controls, may not run in the term
+// that began at since: while the agent holds cj suspended, and when the
+// Job's schedule (or, for a Job made by hand, its creation) came at or
+// before the term began or the agent resumed cj. Such a Job was made while
+// this cluster stood by, and the previous holder ran that schedule.
+// Whichever path cj took to running here (resumed by the agent, by its
+// owner, or never suspended), no Job from before the term runs.
+func staleJob(job *batchv1.Job, cj *batchv1.CronJob, since time.Time) bool {
+	if cj.Annotations[AnnotationSuspendedBy] == suspendedByBerth {
+		return true
 	}
 	if resumed, err := time.Parse(time.RFC3339, cj.Annotations[AnnotationResumedAt]); err == nil && resumed.After(since) {
 		since = resumed
@@ -499,5 +496,5 @@ func (r *BerthLeaseReconciler) cronJobMayRun(ctx context.Context, job *batchv1.J
 	if scheduled, err := time.Parse(time.RFC3339, job.Annotations[scheduledAtAnnotation]); err == nil {
 		made = scheduled
 	}
-	return made.After(since), nil
+	return !made.After(since)
 }

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
@@ -127,6 +128,45 @@ func TestSuspendOwners(t *testing.T) {
 			cj := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{ManagedFields: tc.fields}}
 			if diff := cmp.Diff(tc.want, suspendOwners(cj)); diff != "" {
 				t.Errorf("suspendOwners() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestStaleJob: no Job of a CronJob scheduled (or made by hand) at or before
+// the term began, or before the agent resumed the CronJob, runs; nor any
+// while the agent holds the CronJob suspended.
+func TestStaleJob(t *testing.T) {
+	termStart := time.Date(2030, 1, 2, 3, 10, 0, 0, time.UTC)
+	at := func(d time.Duration) string { return termStart.Add(d).Format(time.RFC3339) }
+	scheduled := func(d time.Duration) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{scheduledAtAnnotation: at(d)}}}
+	}
+	byHand := func(d time.Duration) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(termStart.Add(d))}}
+	}
+	cronJob := func(annotations map[string]string) *batchv1.CronJob {
+		return &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Annotations: annotations}}
+	}
+	cases := map[string]struct {
+		job  *batchv1.Job
+		cj   *batchv1.CronJob
+		want bool
+	}{
+		"scheduled in the term":                        {scheduled(time.Minute), cronJob(nil), false},
+		"scheduled before the term":                    {scheduled(-time.Minute), cronJob(nil), true},
+		"scheduled as the term began":                  {scheduled(0), cronJob(nil), true},
+		"made by hand in the term":                     {byHand(time.Second), cronJob(nil), false},
+		"made by hand before the term":                 {byHand(-time.Second), cronJob(nil), true},
+		"scheduled in the term, before the resumption": {scheduled(time.Minute), cronJob(map[string]string{AnnotationResumedAt: at(2 * time.Minute)}), true},
+		"scheduled after the resumption":               {scheduled(3 * time.Minute), cronJob(map[string]string{AnnotationResumedAt: at(2 * time.Minute)}), false},
+		"resumed in an earlier term":                   {scheduled(-time.Second), cronJob(map[string]string{AnnotationResumedAt: at(-time.Hour)}), true},
+		"the agent holds the CronJob suspended":        {scheduled(time.Hour), cronJob(map[string]string{AnnotationSuspendedBy: suspendedByBerth}), true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := staleJob(tc.job, tc.cj, termStart); got != tc.want {
+				t.Errorf("staleJob() = %v, want %v", got, tc.want)
 			}
 		})
 	}

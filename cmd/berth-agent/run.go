@@ -175,9 +175,9 @@ func (o options) rateLimit(cfg *rest.Config) {
 	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
 }
 
-// managedPodsCache caches only the managed Pods and workloads (those that
+// managedCache caches only the managed Pods and workloads (those that
 // carry the managed label): the agent never needs the others.
-func managedPodsCache() (cache.Options, error) {
+func managedCache() (cache.Options, error) {
 	managed, err := labels.Parse(reconciler.ManagedLease)
 	if err != nil {
 		return cache.Options{}, err
@@ -190,7 +190,7 @@ func managedPodsCache() (cache.Options, error) {
 }
 
 func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manager, error) {
-	cacheOpts, err := managedPodsCache()
+	cacheOpts, err := managedCache()
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +294,7 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 		}
 		o.rateLimit(host)
 	}
-	cacheOpts, err := managedPodsCache()
+	cacheOpts, err := managedCache()
 	if err != nil {
 		return err
 	}
