@@ -175,3 +175,35 @@ type Error struct {
 
 // RequestIDHeader carries the request id on every answer.
 const RequestIDHeader = "X-Request-Id"
+
+// Confirmation answers GET .../leases/{name}/confirmation?holder=&fencingToken=:
+// whether holder holds the lease now with exactly that fencing token, asked
+// by berth-fence inside a managed Pod before it starts, and while it runs,
+// its workload.
+//
+// Confirmed is true only while the term is the asked holder's, carries the
+// asked token, is not revoked and has not expired. RemainingMillis is then
+// the least time the term has left on the store's clock as of the answer
+// (its expiry minus the latest bound of the store's clock), so that the
+// caller can keep a deadline on its own monotonic clock without trusting its
+// wall clock; zero when not confirmed. Holder, FencingToken and Revoked
+// describe the lease as it is (Holder empty when free); TTLSeconds is the
+// term's TTL.
+type Confirmation struct {
+	Confirmed       bool   `json:"confirmed"`
+	Holder          string `json:"holder"`
+	FencingToken    int32  `json:"fencingToken"`
+	Revoked         bool   `json:"revoked,omitempty"`
+	TTLSeconds      int32  `json:"ttlSeconds,omitempty"`
+	RemainingMillis int64  `json:"remainingMillis"`
+}
+
+// ConfirmAudience is the audience of the Kubernetes service account token
+// with which a managed Pod may ask for the confirmation of lease key (and of
+// no other lease): admission asks the kubelet for a projected token of this
+// audience, and the lease API accepts a service account token for key only
+// with it, so the token is useless for anything else, the Kubernetes API
+// included.
+func ConfirmAudience(key Key) string {
+	return "berth-leaseapi/" + key.Namespace + "/" + key.Name
+}
