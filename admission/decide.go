@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/leaseapi"
 )
 
 // Reason says why admission allowed, denied or changed a request. Reasons are the values of
@@ -45,6 +46,9 @@ const (
 	ReasonLeaseLabelChange Reason = "LeaseLabelChanged"
 	ReasonUIDLabelChange   Reason = "UIDLabelChanged"
 	ReasonTermChange       Reason = "TermAnnotationChanged"
+	// ReasonNotFenced: the BerthLease asks spec.podFencing Exec and a container does not
+	// run under berth-fence as admission wraps it.
+	ReasonNotFenced Reason = "NotFenced"
 )
 
 // Reasons for mutating.
@@ -55,6 +59,11 @@ const (
 	ReasonLookupFailed Reason = "LeaseLookupFailed"
 	// ReasonBadRequest: the request could not be decoded.
 	ReasonBadRequest Reason = "BadRequest"
+	// ReasonFenced: the mutating webhook wrapped containers in berth-fence.
+	ReasonFenced Reason = "Fenced"
+	// ReasonFenceUnavailable: the BerthLease asks spec.podFencing Exec and this agent
+	// was started without --fence-image; the creation is refused.
+	ReasonFenceUnavailable Reason = "FenceUnavailable"
 )
 
 // BerthLeaseRef is what admission knows of the BerthLease a Pod names, read before deciding.
@@ -65,6 +74,11 @@ type BerthLeaseRef struct {
 	// JustMade: the BerthLease was made moments ago (JustMadeWithin), so the mutating
 	// webhook may have looked for it a moment before it existed and left the Pod unstamped.
 	JustMade bool
+	// LeaseName is the lease's name at the lease API (spec.leaseName, or the BerthLease's
+	// name).
+	LeaseName string
+	// PodFencing: the BerthLease asks spec.podFencing Exec.
+	PodFencing bool
 }
 
 // JustMadeWithin is how recent a BerthLease is JustMade: far longer than the moment between
@@ -191,6 +205,11 @@ func DecideCreate(namespace string, pod *corev1.Pod, lease BerthLeaseRef) Decisi
 			"label %s is %s but BerthLease %q has UID %s: a managed Pod must name the BerthLease it runs under as it exists now",
 			berthv1alpha1.ManagedLeaseUIDLabel, have, leaseName, lease.UID)})
 	}
+	if lease.Found && lease.PodFencing && allow == ReasonValid {
+		for _, p := range (fence{key: leaseapi.Key{Namespace: namespaceOf(namespace, pod), Name: lease.LeaseName}}).problems(pod) {
+			vs = append(vs, violation{ReasonNotFenced, fmt.Sprintf("BerthLease %q asks spec.podFencing Exec: %s", leaseName, p)})
+		}
+	}
 	d := decide(name, allow, vs)
 	if d.Allowed {
 		d.Warning = warning
@@ -290,4 +309,20 @@ func Stamp(pod *corev1.Pod, lease BerthLeaseRef) bool {
 		changed = true
 	}
 	return changed
+}
+
+// Fence is the mutating webhook's second change to a Pod being created: when the
+// BerthLease it runs under asks spec.podFencing Exec, each of its containers is wrapped in
+// berth-fence (see fence.inject). It reports whether it changed pod, and fails when this
+// agent has no image to take berth-fence from.
+func Fence(namespace string, pod *corev1.Pod, lease BerthLeaseRef, cfg FenceConfig) (bool, error) {
+	if !lease.Found || !lease.PodFencing {
+		return false, nil
+	}
+	if cfg.Image == "" {
+		return false, fmt.Errorf("berth: BerthLease %q asks spec.podFencing Exec, but this cluster's Berth agent runs without --fence-image, so it cannot put berth-fence into the Pod",
+			pod.Labels[berthv1alpha1.ManagedLeaseLabel])
+	}
+	f := fence{cfg: cfg, key: leaseapi.Key{Namespace: namespaceOf(namespace, pod), Name: lease.LeaseName}}
+	return f.inject(pod), nil
 }

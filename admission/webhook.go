@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +13,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -49,6 +49,9 @@ type WorkloadAdmission struct {
 	// Pods at creation. When false, admission only validates: Pod templates must carry the
 	// gate and the UID label themselves.
 	Mutate bool
+	// Fence is what the mutating webhook puts into the Pods of BerthLeases with
+	// spec.podFencing Exec.
+	Fence FenceConfig
 }
 
 // decoder decodes Pods whatever the manager's scheme holds.
@@ -105,7 +108,13 @@ func (a *WorkloadAdmission) mutate(ctx context.Context, req ctrladmission.Reques
 	if err != nil {
 		return a.failed(ctx, op, err)
 	}
-	if !Stamp(pod, lease) {
+	stampedNow := Stamp(pod, lease)
+	fenced, err := Fence(req.Namespace, pod, lease, a.Fence)
+	if err != nil {
+		record(op, decisionDeny, ReasonFenceUnavailable)
+		return ctrladmission.Denied(err.Error())
+	}
+	if !stampedNow && !fenced {
 		record(op, decisionAllow, ReasonValid)
 		return ctrladmission.Allowed("")
 	}
@@ -114,8 +123,12 @@ func (a *WorkloadAdmission) mutate(ctx context.Context, req ctrladmission.Reques
 		record(op, decisionError, ReasonBadRequest)
 		return ctrladmission.Errored(http.StatusInternalServerError, fmt.Errorf("encode Pod: %w", err))
 	}
-	record(op, decisionMutate, ReasonStamped)
-	logr.FromContextOrDiscard(ctx).V(1).Info("stamped managed Pod", "lease", leaseName, "leaseFound", lease.Found)
+	reason := ReasonStamped
+	if fenced {
+		reason = ReasonFenced
+	}
+	record(op, decisionMutate, reason)
+	logr.FromContextOrDiscard(ctx).V(1).Info("stamped managed Pod", "lease", leaseName, "leaseFound", lease.Found, "fenced", fenced)
 	return ctrladmission.PatchResponseFromRaw(req.Object.Raw, stamped)
 }
 
@@ -174,21 +187,23 @@ func (a *WorkloadAdmission) failed(ctx context.Context, op string, err error) ct
 	return ctrladmission.Errored(http.StatusInternalServerError, fmt.Errorf("berth: cannot decide on a managed Pod: %w", err))
 }
 
-// lookup reads the BerthLease named name in namespace: only its metadata, from the API
-// server through a.Client. An invalid name finds nothing (validation rejects the Pod's
-// label anyway, after mutation).
+// lookup reads the BerthLease named name in namespace from the API server through
+// a.Client. An invalid name finds nothing (validation rejects the Pod's label anyway,
+// after mutation).
 func (a *WorkloadAdmission) lookup(ctx context.Context, namespace, name string) (BerthLeaseRef, error) {
 	if len(validation.IsDNS1123Subdomain(name)) > 0 || len(validation.IsDNS1123Label(namespace)) > 0 {
 		return BerthLeaseRef{}, nil
 	}
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(berthv1alpha1.GroupVersion.WithKind("BerthLease"))
-	err := a.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: namespace, Name: name}, meta)
+	bl := &berthv1alpha1.BerthLease{}
+	err := a.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: namespace, Name: name}, bl)
 	switch {
 	case apierrors.IsNotFound(err):
 		return BerthLeaseRef{}, nil
 	case err != nil:
 		return BerthLeaseRef{}, fmt.Errorf("get BerthLease %s/%s: %w", namespace, name, err)
 	}
-	return BerthLeaseRef{Found: true, UID: meta.UID, JustMade: time.Since(meta.CreationTimestamp.Time) < JustMadeWithin}, nil
+	return BerthLeaseRef{
+		Found: true, UID: bl.UID, JustMade: time.Since(bl.CreationTimestamp.Time) < JustMadeWithin,
+		LeaseName: cmp.Or(bl.Spec.LeaseName, bl.Name), PodFencing: bl.Spec.PodFencing == berthv1alpha1.PodFencingExec,
+	}, nil
 }

@@ -38,7 +38,32 @@ type BerthLeaseSpec struct {
 	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=1
 	HeartbeatIntervalSeconds int32 `json:"heartbeatIntervalSeconds,omitempty"`
+
+	// PodFencing puts the lease's local deadline inside every managed Pod as
+	// well as in the agent. None (the default) leaves it to the agent: a
+	// holder's Pods stop when its agent stops them. Exec has admission wrap
+	// each container's command in berth-fence, which starts the workload
+	// only once the lease API confirms this cluster holds the lease with the
+	// Pod's fencing token, and stops it before the term could pass to
+	// another cluster, whether or not the agent or the cluster's control
+	// plane are alive (docs/fencing.md). Each container must then name its
+	// command in the Pod template, and each Pod needs the lease API to
+	// start. It applies to Pods created after it is set.
+	// +optional
+	// +kubebuilder:validation:Enum=None;Exec
+	PodFencing PodFencing `json:"podFencing,omitempty"`
 }
+
+// PodFencing says whether a BerthLease's managed Pods fence themselves.
+type PodFencing string
+
+// Values of BerthLeaseSpec.PodFencing.
+const (
+	// PodFencingNone: the agent alone stops the Pods.
+	PodFencingNone PodFencing = "None"
+	// PodFencingExec: each container runs under berth-fence.
+	PodFencingExec PodFencing = "Exec"
+)
 
 // BerthLeaseStatus is what this cluster's agent knows of the lease.
 type BerthLeaseStatus struct {

@@ -45,6 +45,8 @@ type options struct {
 	kubeAPIQPS             float32
 	kubeAPIBurst           int
 	concurrentReconciles   int
+	fenceImage             string
+	fenceLeaseAPIURL       string
 	// showVersion prints the version and exits.
 	showVersion bool
 }
@@ -80,6 +82,8 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "requests per second the agent sends to each cluster's API server, sustained (client-side rate limit)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "requests the agent may send to each cluster's API server in a burst above --kube-api-qps")
 	fs.IntVar(&o.concurrentReconciles, "concurrent-reconciles", reconciler.DefaultConcurrentReconciles, "BerthLeases reconciled at once (in fleet mode: over all clusters)")
+	fs.StringVar(&o.fenceImage, "fence-image", "", "image that holds /usr/local/bin/berth-fence (Berth's agent image): admission takes berth-fence from it into the Pods of BerthLeases with spec.podFencing Exec (empty: such Pods are refused)")
+	fs.StringVar(&o.fenceLeaseAPIURL, "fence-lease-api-url", "", "URL of berth-leaseapi as managed Pods reach it, for berth-fence (default: --lease-api-url); --lease-api-ca-file verifies it there too")
 	flags.Version(fs, &o.showVersion)
 }
 
@@ -91,6 +95,9 @@ func (o *options) validate() error {
 		return fmt.Errorf("--kube-api-qps must be above 0 and --kube-api-burst at least 1")
 	case o.concurrentReconciles < 1:
 		return fmt.Errorf("--concurrent-reconciles must be at least 1")
+	}
+	if o.fenceImage != "" && (o.fleetKubeconfigDir != "" || !o.managedWorkloads) {
+		return fmt.Errorf("--fence-image needs --managed-workloads and no --fleet-kubeconfig-dir: only an agent that serves the admission webhooks puts berth-fence into Pods")
 	}
 	if err := o.validateWebhookCerts(); err != nil {
 		return err

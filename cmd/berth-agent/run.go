@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -105,7 +106,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 				return err
 			}
 		}
-		if err := setupAdmission(ctx, cfg, mgr, log); err != nil {
+		if err := setupAdmission(ctx, o, cfg, mgr, log); err != nil {
 			return err
 		}
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
@@ -219,7 +220,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manag
 // setupAdmission serves the WorkloadAdmission webhooks. Only the agent's own
 // identity may ungate managed Pods; it asks the API server who it is, so the
 // name cannot drift from the credentials it really uses.
-func setupAdmission(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, log logr.Logger) error {
+func setupAdmission(ctx context.Context, o options, cfg *rest.Config, mgr ctrl.Manager, log logr.Logger) error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -231,8 +232,27 @@ func setupAdmission(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, log
 		return fmt.Errorf("learn the agent's own user name: %w", err)
 	}
 	user := review.Status.UserInfo.Username
-	log.Info("serving workload admission", "operatorUser", user)
-	return admission.SetupWorkloadAdmission(mgr, &admission.WorkloadAdmission{OperatorUser: user, Mutate: true})
+	fence, err := o.fenceConfig()
+	if err != nil {
+		return err
+	}
+	log.Info("serving workload admission", "operatorUser", user, "fenceImage", fence.Image)
+	return admission.SetupWorkloadAdmission(mgr, &admission.WorkloadAdmission{OperatorUser: user, Mutate: true, Fence: fence})
+}
+
+// fenceConfig is what admission puts into fenced Pods: berth-fence's image, and the lease
+// API as the Pods reach it, with the CA bundle that verifies it.
+func (o options) fenceConfig() (admission.FenceConfig, error) {
+	cfg := admission.FenceConfig{Image: o.fenceImage, LeaseAPIURL: cmp.Or(o.fenceLeaseAPIURL, o.leaseAPIURL)}
+	if o.fenceImage == "" || o.leaseAPICAFile == "" {
+		return cfg, nil
+	}
+	ca, err := os.ReadFile(o.leaseAPICAFile)
+	if err != nil {
+		return cfg, fmt.Errorf("read --lease-api-ca-file for fenced Pods: %w", err)
+	}
+	cfg.LeaseAPICA = string(ca)
+	return cfg, nil
 }
 
 // firstCertSyncTimeout bounds the agent's first sync of its webhook certificates,
