@@ -4,6 +4,7 @@ go 1.26.3
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/go-logr/logr v1.4.3
 	github.com/gofrs/flock v0.13.2
 	github.com/google/cel-go v0.26.0

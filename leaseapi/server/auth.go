@@ -11,6 +11,10 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+
+	"github.com/berthfleet/berth/leaseapi"
+	"github.com/berthfleet/berth/leaseapi/lease"
+	"github.com/berthfleet/berth/leaseapi/satoken"
 )
 
 var (
@@ -24,13 +28,37 @@ type Principal struct {
 	Subject string
 	// Admin may cordon clusters and release any lease.
 	Admin bool
+	// ServiceAccount is set for a Pod's service account token, verified
+	// for the one lease it may read the confirmation of; such a principal
+	// acts as no holder (Subject is only its name in the access log).
+	ServiceAccount *satoken.Identity
 }
 
 // mayHold reports whether p may act as holder: "<subject>" or "<subject>/...".
-// With authentication off (no subject) every holder is allowed.
+// With authentication off (no subject) every holder is allowed. A service
+// account acts as no holder.
 func (p Principal) mayHold(holder string) bool {
+	if p.ServiceAccount != nil {
+		return false
+	}
 	return p.Subject == "" || holder == p.Subject || strings.HasPrefix(holder, p.Subject+"/")
 }
+
+// mayConfirm reports whether p may read the confirmation of key for
+// holder: an administrator, the holder's owner, or a Pod of key's namespace
+// in holder's cluster whose token was verified for key.
+func (p Principal) mayConfirm(key leaseapi.Key, holder string) bool {
+	if sa := p.ServiceAccount; sa != nil {
+		return sa.Lease == key && sa.Namespace == key.Namespace && sa.Cluster == lease.ClusterOf(holder)
+	}
+	return p.Admin || p.mayHold(holder)
+}
+
+// serviceAccountScope is what a route that accepts service account tokens
+// verifies them for: the lease the request is about, and the cluster whose
+// keys must have signed the token (its holder's). An error is the
+// request's own (a 400).
+type serviceAccountScope func(r *http.Request) (cluster string, key leaseapi.Key, err error)
 
 // Authenticator resolves a request's principal.
 type Authenticator struct {
@@ -38,6 +66,9 @@ type Authenticator struct {
 	mTLS     bool       // verified client certificates name the subject
 	admins   map[string]bool
 	disabled bool
+	// serviceAccounts verifies the Pods' service account tokens on the
+	// routes that accept them; nil: none are accepted.
+	serviceAccounts *satoken.Verifier
 }
 
 // NewAuthenticator returns an authenticator. With neither tokens nor client
@@ -52,25 +83,46 @@ func NewAuthenticator(tokens *TokenFile, clientCerts bool, adminSubjects []strin
 	return a
 }
 
+// AcceptServiceAccounts lets the routes that accept them (the confirmation
+// of a lease) authenticate a Pod by its Kubernetes service account token,
+// verified by v. Call it before serving.
+func (a *Authenticator) AcceptServiceAccounts(v *satoken.Verifier) *Authenticator {
+	a.serviceAccounts = v
+	return a
+}
+
 // Enabled reports whether requests are authenticated.
 func (a *Authenticator) Enabled() bool { return !a.disabled }
 
 // Authenticate resolves the principal of r: a bearer token when one is
 // presented, else a verified client certificate's common name.
 func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
+	return a.authenticate(r, nil)
+}
+
+// authenticate is Authenticate on a route that, when scope is not nil, also
+// accepts a service account token verified for the scope of the request. A
+// bearer token the token file knows is always the principal it names; only
+// a bearer in JWT form that it does not know is verified as a service
+// account token.
+func (a *Authenticator) authenticate(r *http.Request, scope serviceAccountScope) (Principal, error) {
 	if a.disabled {
 		return Principal{Admin: true}, nil
 	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		token, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok || a.tokens == nil {
-			return Principal{}, errUnauthenticated
-		}
-		subject, ok := a.tokens.Lookup(token)
 		if !ok {
 			return Principal{}, errUnauthenticated
 		}
-		return Principal{Subject: subject, Admin: a.admins[subject]}, nil
+		if a.tokens != nil {
+			if subject, ok := a.tokens.Lookup(token); ok {
+				return Principal{Subject: subject, Admin: a.admins[subject]}, nil
+			}
+		}
+		if scope != nil && a.serviceAccounts != nil && satoken.LooksLikeJWT(token) {
+			return a.serviceAccount(r, token, scope)
+		}
+		return Principal{}, errUnauthenticated
 	}
 	if a.mTLS && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
 		subject := r.TLS.VerifiedChains[0][0].Subject.CommonName
@@ -79,6 +131,23 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 		}
 	}
 	return Principal{}, errUnauthenticated
+}
+
+// serviceAccount verifies token as a service account token for the scope
+// of r.
+func (a *Authenticator) serviceAccount(r *http.Request, token string, scope serviceAccountScope) (Principal, error) {
+	cluster, key, err := scope(r)
+	if err != nil {
+		return Principal{}, err
+	}
+	id, err := a.serviceAccounts.Verify(token, cluster, key)
+	switch {
+	case errors.Is(err, satoken.ErrNotAllowed):
+		return Principal{}, fmt.Errorf("%w: %w", errForbidden, err)
+	case err != nil:
+		return Principal{}, fmt.Errorf("%w: %w", errUnauthenticated, err)
+	}
+	return Principal{Subject: id.Subject(), ServiceAccount: &id}, nil
 }
 
 // TokenFile holds bearer tokens read from a file of "<subject>:<sha256-hex>"

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/berthfleet/berth/leaseapi"
 	"github.com/berthfleet/berth/leaseapi/lease"
 	"github.com/berthfleet/berth/leaseapi/store"
 )
@@ -29,6 +30,7 @@ type Metrics struct {
 	watchesOpen      prometheus.Gauge
 	watchEvents      *prometheus.CounterVec
 	watchResets      *prometheus.CounterVec
+	confirmations    *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics (and the Go and process collectors) on a
@@ -91,18 +93,34 @@ func NewMetrics() *Metrics {
 			Name: "berth_leaseapi_watch_resets_total",
 			Help: "RESET lines sent on watch streams, by cause: start, unknown-revision, too-old, behind, feed.",
 		}, []string{"cause"}),
+		confirmations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berth_leaseapi_confirmations_total",
+			Help: "Confirmations of a lease's term answered (GET .../confirmation), by result: confirmed, not-confirmed.",
+		}, []string{"result"}),
+	}
+	for _, result := range []string{"confirmed", "not-confirmed"} {
+		m.confirmations.WithLabelValues(result)
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests, m.requestDuration, m.outcomes, m.batchLeases, m.storeDuration, m.leasesHeld,
 		m.transitions, m.clustersTotal, m.clustersHealthy, m.clustersCordoned,
-		m.watchesOpen, m.watchEvents, m.watchResets,
+		m.watchesOpen, m.watchEvents, m.watchResets, m.confirmations,
 	)
 	return m
 }
 
 func (m *Metrics) observeOutcome(outcome string) { m.outcomes.WithLabelValues(outcome).Inc() }
+
+// observeConfirmation counts an answered confirmation by its result.
+func (m *Metrics) observeConfirmation(c leaseapi.Confirmation) {
+	result := "not-confirmed"
+	if c.Confirmed {
+		result = "confirmed"
+	}
+	m.confirmations.WithLabelValues(result).Inc()
+}
 
 // observeDecision counts a decision's outcome and, when the holder changed,
 // the transition.

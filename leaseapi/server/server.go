@@ -80,6 +80,10 @@ type route struct {
 	// maxBody bounds the route's request bodies instead of
 	// leaseapi.MaxBodyBytes.
 	maxBody int
+	// serviceAccounts, when set, makes the route accept a Pod's service
+	// account token besides the usual credentials, verified for the scope
+	// it returns.
+	serviceAccounts serviceAccountScope
 }
 
 func (s *Server) routes() http.Handler {
@@ -90,6 +94,7 @@ func (s *Server) routes() http.Handler {
 		{method: http.MethodPost, pattern: leaseRoute + "/release", handle: s.release},
 		{method: http.MethodPost, pattern: leaseRoute + "/revoke", handle: s.revoke},
 		{method: http.MethodGet, pattern: leaseRoute, handle: s.getLease},
+		{method: http.MethodGet, pattern: leaseRoute + "/confirmation", handle: s.confirm, serviceAccounts: confirmationScope},
 		{method: http.MethodPost, pattern: "/v1alpha1/renewals", handle: s.renewBatch, maxBody: leaseapi.MaxBatchBodyBytes},
 		{method: http.MethodGet, pattern: "/v1alpha1/leases", handle: s.listLeases},
 		{method: http.MethodGet, pattern: "/v1alpha1/watch/leases", handle: s.watchLeases},
@@ -191,7 +196,7 @@ func (s *Server) serve(pattern string, routes []route) http.Handler {
 			rt := routes[i]
 			if !rt.public {
 				var err error
-				if p, err = s.Auth.Authenticate(r); err != nil {
+				if p, err = s.Auth.authenticate(r, rt.serviceAccounts); err != nil {
 					return err
 				}
 			}
@@ -214,6 +219,9 @@ func (s *Server) record(rec *recorder, r *http.Request, pattern string, p Princi
 		"subject", p.Subject, "remote", r.RemoteAddr}
 	if rec.leases > 0 {
 		kv = append(kv, "leases", rec.leases)
+	}
+	if sa := p.ServiceAccount; sa != nil {
+		kv = append(kv, "pod", sa.Namespace+"/"+sa.PodName, "podUID", sa.PodUID)
 	}
 	s.Log.Info("request", kv...)
 }
