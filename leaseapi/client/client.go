@@ -321,6 +321,23 @@ func (c *Client) WatchLease(ctx context.Context, namespace, name, holder string,
 	return out, nil
 }
 
+// Confirm asks whether holder holds the lease namespace/name now with
+// exactly fencingToken: Confirmed, with RemainingMillis the least time its
+// term has left as of the answer (count it down on a monotonic clock from
+// before the call was sent; a retried call's answer is measured from the
+// attempt that got it, which is later still). A lease never acquired is
+// ErrNotFound. It only reads, so it is retried as GetLease is.
+func (c *Client) Confirm(ctx context.Context, namespace, name, holder string, fencingToken int32) (leaseapi.Confirmation, error) {
+	q := url.Values{}
+	q.Set("holder", holder)
+	q.Set("fencingToken", strconv.Itoa(int(fencingToken)))
+	var out leaseapi.Confirmation
+	if err := c.do(ctx, http.MethodGet, leasePath(namespace, name)+"/confirmation?"+q.Encode(), nil, &out); err != nil {
+		return leaseapi.Confirmation{}, fmt.Errorf("confirm lease %s/%s for %s with token %d: %w", namespace, name, holder, fencingToken, err)
+	}
+	return out, nil
+}
+
 // ListOptions selects a page of leases.
 type ListOptions struct {
 	Namespace string

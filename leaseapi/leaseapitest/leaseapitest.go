@@ -25,6 +25,7 @@ import (
 
 	"github.com/berthfleet/berth/leaseapi/client"
 	"github.com/berthfleet/berth/leaseapi/lease"
+	"github.com/berthfleet/berth/leaseapi/satoken"
 	"github.com/berthfleet/berth/leaseapi/server"
 	"github.com/berthfleet/berth/leaseapi/store/sqlite"
 )
@@ -39,6 +40,11 @@ type Options struct {
 	Admins []string
 	// TLS serves HTTPS with httptest's certificate; Server.Client trusts it.
 	TLS bool
+	// ServiceAccountKeysDir, when set, lets Pods confirm leases with their
+	// service account tokens, verified against the "<cluster-id>.json"
+	// JWKS files of the folder (berth-leaseapi's --service-account-keys-dir;
+	// satokentest makes them). It takes effect only with Tokens.
+	ServiceAccountKeysDir string
 }
 
 // Server is a lease API serving on a loopback port until the test ends.
@@ -77,10 +83,18 @@ func newHandler(t testing.TB, opts Options) (http.Handler, map[string]string) {
 			t.Fatal(err)
 		}
 	}
+	auth := server.NewAuthenticator(tf, false, opts.Admins)
+	if opts.ServiceAccountKeysDir != "" {
+		keys, err := satoken.LoadDir(opts.ServiceAccountKeysDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		auth.AcceptServiceAccounts(satoken.NewVerifier(keys, nil))
+	}
 	srv := server.New(server.Config{
 		Service: lease.NewService(st, lease.Options{}),
 		Store:   st,
-		Auth:    server.NewAuthenticator(tf, false, opts.Admins),
+		Auth:    auth,
 		Log:     logr.Discard(),
 	})
 	// As berth-leaseapi does: expired terms are freed within a second, and
