@@ -78,6 +78,10 @@ type options struct {
 	tlsCertFile           string
 	tlsKeyFile            string
 	clientCAFile          string
+	// serviceAccountKeysDir holds the clusters' service account signing
+	// keys, one "<cluster-id>.json" JWKS each: Pods confirm leases with
+	// their tokens.
+	serviceAccountKeysDir string
 	// limits bound slow and large requests.
 	limits server.Limits
 	// watch bounds watch streams.
@@ -101,6 +105,7 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serving certificate (PEM)")
 	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "serving key (PEM)")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle that verifies client certificates; a verified certificate's common name is its subject")
+	fs.StringVar(&o.serviceAccountKeysDir, "service-account-keys-dir", "", "folder of <cluster-id>.json files, each the JWKS a cluster's kube-apiserver serves at /openid/v1/jwks: a managed Pod's projected service account token, verified with its cluster's keys, may read its lease's confirmation (empty: service account tokens are not accepted); re-read on SIGHUP")
 	fs.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "time a connection has to send a request line and headers")
 	fs.DurationVar(&o.limits.BodyReadTimeout, "body-read-timeout", server.DefaultBodyReadTimeout, "time a request has to send its body after its headers (long polls have none and are not cut)")
 	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "time a kept-alive connection may wait for its next request")

@@ -33,6 +33,11 @@ func TestParseFlags(t *testing.T) {
 			}),
 			wantLogs: logging.Options{Format: logging.FormatJSON},
 		},
+		"service account keys": {
+			args:     []string{"--token-file", "tokens", "--service-account-keys-dir", "/etc/berth/cluster-keys"},
+			want:     with(func(o *options) { o.tokenFile, o.serviceAccountKeysDir = "tokens", "/etc/berth/cluster-keys" }),
+			wantLogs: logging.Options{Format: logging.FormatJSON},
+		},
 		"-v 4":          {args: []string{"-v", "4"}, want: defaults, wantLogs: logging.Options{Format: logging.FormatJSON, Verbosity: 4}},
 		"text at --v=1": {args: []string{"--log-format=text", "--v=1"}, want: defaults, wantLogs: logging.Options{Format: logging.FormatText, Verbosity: 1}},
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/berthfleet/berth/leaseapi/lease"
+	"github.com/berthfleet/berth/leaseapi/satoken"
 	"github.com/berthfleet/berth/leaseapi/server"
 	"github.com/berthfleet/berth/leaseapi/store"
 	"github.com/berthfleet/berth/leaseapi/store/kubernetes"
@@ -49,6 +50,17 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	auth := server.NewAuthenticator(tokens, o.clientCAFile != "", o.admins())
 	if err := checkExposure(o.listen, tlsConfig != nil, auth.Enabled()); err != nil {
 		return err
+	}
+	var saKeys *satoken.KeySets
+	if o.serviceAccountKeysDir != "" {
+		if saKeys, err = satoken.LoadDir(o.serviceAccountKeysDir); err != nil {
+			return fmt.Errorf("--service-account-keys-dir: %w", err)
+		}
+		auth.AcceptServiceAccounts(satoken.NewVerifier(saKeys, nil))
+		log.Info("service account keys loaded", "clusters", len(saKeys.Clusters()), "clusterIds", saKeys.Clusters(), "dir", o.serviceAccountKeysDir)
+		if !auth.Enabled() {
+			log.Info("authentication is off: every caller is an administrator and service account tokens are not verified")
+		}
 	}
 
 	backend, err := openStore(ctx, o)
@@ -124,9 +136,9 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 			return nil
 		})
 	}
-	if tokens != nil {
+	if tokens != nil || saKeys != nil {
 		g.Go(func() error {
-			reloadOnHangup(ctx, tokens, log)
+			reloadOnHangup(ctx, tokens, saKeys, log)
 			return nil
 		})
 	}
@@ -189,7 +201,10 @@ func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, m *server
 	return nil
 }
 
-func reloadOnHangup(ctx context.Context, tokens *server.TokenFile, log logr.Logger) {
+// reloadOnHangup re-reads the token file and the service account keys
+// (either may be nil) on every SIGHUP. Each that fails to load keeps its
+// previous content in force.
+func reloadOnHangup(ctx context.Context, tokens *server.TokenFile, saKeys *satoken.KeySets, log logr.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -198,11 +213,20 @@ func reloadOnHangup(ctx context.Context, tokens *server.TokenFile, log logr.Logg
 		case <-ctx.Done():
 			return
 		case <-hup:
-			if err := tokens.Reload(); err != nil {
-				log.Error(err, "reload token file; keeping the previous tokens")
-				continue
+			if tokens != nil {
+				if err := tokens.Reload(); err != nil {
+					log.Error(err, "reload token file; keeping the previous tokens")
+				} else {
+					log.Info("token file reloaded", "tokens", tokens.Len())
+				}
 			}
-			log.Info("token file reloaded", "tokens", tokens.Len())
+			if saKeys != nil {
+				if err := saKeys.Reload(); err != nil {
+					log.Error(err, "reload service account keys; keeping the previous keys")
+				} else {
+					log.Info("service account keys reloaded", "clusters", len(saKeys.Clusters()), "clusterIds", saKeys.Clusters())
+				}
+			}
 		}
 	}
 }
