@@ -56,6 +56,12 @@ func (w *BerthLeaseWrapper) Heartbeat(seconds int32) *BerthLeaseWrapper {
 	return w
 }
 
+// PodFencing sets spec.podFencing.
+func (w *BerthLeaseWrapper) PodFencing(mode berthv1alpha1.PodFencing) *BerthLeaseWrapper {
+	w.Spec.PodFencing = mode
+	return w
+}
+
 // LeaseName sets spec.leaseName, the lease at the lease API (the object's name by default).
 func (w *BerthLeaseWrapper) LeaseName(name string) *BerthLeaseWrapper {
 	w.Spec.LeaseName = name
@@ -82,6 +88,12 @@ func Deployment(namespace, name string) *DeploymentWrapper {
 			},
 		},
 	}}
+}
+
+// Command sets the command of the template's container.
+func (w *DeploymentWrapper) Command(command ...string) *DeploymentWrapper {
+	w.Spec.Template.Spec.Containers[0].Command = command
+	return w
 }
 
 // Replicas sets the number of replicas.

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	leaseclient "github.com/berthfleet/berth/leaseapi/client"
@@ -108,6 +109,9 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	var ids []string
 	for _, c := range f.Env.Clusters {
 		ids = append(ids, c.Name)
+	}
+	if err := writeServiceAccountKeys(ctx, f.Env.Clusters, filepath.Join(opts.WorkDir, "leaseapi", serviceAccountKeysDir)); err != nil {
+		return f, err
 	}
 	if f.LeaseAPI, err = StartLeaseAPI(ctx, opts.BinDir, filepath.Join(opts.WorkDir, "leaseapi"), ids, opts.Metrics); err != nil {
 		return f, err
@@ -247,12 +251,43 @@ func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string, m
 	return api, api.Start(ctx)
 }
 
+// serviceAccountKeysDir is the folder of the lease API's dir with the
+// fleet's clusters' service account keys, as --service-account-keys-dir
+// reads them.
+const serviceAccountKeysDir = "service-account-keys"
+
+// writeServiceAccountKeys writes each cluster's service account signing keys,
+// as its API server publishes them (/openid/v1/jwks), to <dir>/<cluster>.json,
+// so that the lease API accepts its Pods' projected tokens (berth-fence).
+func writeServiceAccountKeys(ctx context.Context, clusters []*kubeenv.Cluster, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, c := range clusters {
+		cs, err := kubernetes.NewForConfig(c.RESTConfig())
+		if err != nil {
+			return err
+		}
+		jwks, err := cs.CoreV1().RESTClient().Get().AbsPath("/openid/v1/jwks").DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: read the service account keys: %w", c.Name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, c.Name+".json"), jwks, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Start runs (or runs again, on the same store) the server and waits until
 // it is ready.
 func (a *LeaseAPI) Start(ctx context.Context) error {
-	p, err := process.Start("berth-leaseapi", filepath.Join(a.binDir, "berth-leaseapi"), filepath.Join(a.dir, fmt.Sprintf("berth-leaseapi-%d.log", time.Now().UnixNano())),
-		"--listen", a.addr, "--metrics-listen", a.metricsAddr, "--sqlite-path", filepath.Join(a.dir, "leases.db"),
-		"--token-file", a.tokenFile, "--admin-subjects", AdminSubject)
+	args := []string{"--listen", a.addr, "--metrics-listen", a.metricsAddr, "--sqlite-path", filepath.Join(a.dir, "leases.db"),
+		"--token-file", a.tokenFile, "--admin-subjects", AdminSubject}
+	if keys := filepath.Join(a.dir, serviceAccountKeysDir); dirExists(keys) {
+		args = append(args, "--service-account-keys-dir", keys)
+	}
+	p, err := process.Start("berth-leaseapi", filepath.Join(a.binDir, "berth-leaseapi"), filepath.Join(a.dir, fmt.Sprintf("berth-leaseapi-%d.log", time.Now().UnixNano())), args...)
 	if err != nil {
 		return err
 	}
@@ -263,4 +298,9 @@ func (a *LeaseAPI) Start(ctx context.Context) error {
 		return a.Admin.Ready(rctx) == nil, nil
 	})
 	return err
+}
+
+func dirExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }

@@ -31,7 +31,17 @@ type Workload struct {
 	HeartbeatSeconds int32
 	// ClusterHeartbeat is the agents' --cluster-heartbeat-interval.
 	ClusterHeartbeat time.Duration
+	// PodFencing is the BerthLease's spec.podFencing; with Exec the Pod
+	// template names its command (WorkloadCommand), which admission wraps.
+	PodFencing berthv1alpha1.PodFencing
 }
+
+// WorkloadCommand is the command of the workload's container.
+const WorkloadCommand = "/usr/local/bin/exporter"
+
+// FenceImage is the image the per-cluster agents name for berth-fence
+// (--fence-image). Nothing pulls it: test/fencerun runs the local binary.
+const FenceImage = "ghcr.io/berthfleet/berth-agent:dev"
 
 func (w Workload) withDefaults() Workload {
 	if w.Namespace == "" {
@@ -150,11 +160,11 @@ func (m *Member) ApplyWorkload(ctx context.Context) error {
 	if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("%s: create namespace: %w", m.Name, err)
 	}
-	bl := builders.BerthLease(w.Namespace, w.Name).TTL(w.TTLSeconds).Heartbeat(w.HeartbeatSeconds).Obj()
+	bl := builders.BerthLease(w.Namespace, w.Name).TTL(w.TTLSeconds).Heartbeat(w.HeartbeatSeconds).PodFencing(w.PodFencing).Obj()
 	if err := m.Client.Create(ctx, bl); err != nil {
 		return fmt.Errorf("%s: create BerthLease: %w", m.Name, err)
 	}
-	deploy := builders.Deployment(w.Namespace, w.Name).ManagedBy(w.Name).Replicas(w.Replicas)
+	deploy := builders.Deployment(w.Namespace, w.Name).ManagedBy(w.Name).Replicas(w.Replicas).Command(WorkloadCommand)
 	if m.fleet.admission() {
 		// Admission stamps each Pod with the gate and the BerthLease's UID.
 		if err := m.AwaitAdmission(ctx); err != nil {
@@ -217,6 +227,7 @@ func (m *Member) StartAgent(clusterID string) error {
 		"--metrics-bind-address", m.metricsAddr,
 		"--health-probe-bind-address", "0",
 		"--cluster-heartbeat-interval", m.fleet.opts.Workload.ClusterHeartbeat.String(),
+		"--fence-image", FenceImage,
 	}
 	p, err := process.Start("berth-agent", filepath.Join(m.fleet.opts.BinDir, "berth-agent"), filepath.Join(m.dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())),
 		append(args, m.fleet.opts.AgentArgs...)...)
