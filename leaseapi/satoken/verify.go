@@ -172,7 +172,8 @@ func LooksLikeJWT(s string) bool {
 }
 
 func notBase64URL(r rune) bool {
-	return !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	base64URL := r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_'
+	return !base64URL
 }
 
 func algorithmNames() string {
