@@ -85,22 +85,28 @@ func (p ProcessStarter) Start(env []string) (Child, error) {
 		}
 		return nil, &StartError{Code: code, Err: fmt.Errorf("start %s: %w", p.Path, err)}
 	}
-	c := &processChild{proc: cmd.Process, exited: make(chan ExitStatus, 1)}
+	c := &processChild{pid: cmd.Process.Pid, proc: cmd.Process, exited: make(chan ExitStatus, 1)}
 	go c.reap()
 	return c, nil
 }
 
 type processChild struct {
+	// pid is the child's and its group's id, kept apart from proc, which
+	// forgets it once released.
+	pid    int
 	proc   *os.Process
 	exited chan ExitStatus
 }
 
-func (c *processChild) Pid() int                  { return c.proc.Pid }
+func (c *processChild) Pid() int                  { return c.pid }
 func (c *processChild) Exited() <-chan ExitStatus { return c.exited }
 
 func (c *processChild) Signal(sig syscall.Signal) error {
-	if err := syscall.Kill(-c.proc.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signal process group %d: %w", c.proc.Pid, err)
+	if c.pid <= 1 {
+		return fmt.Errorf("signal process group %d: not a child's group", c.pid)
+	}
+	if err := syscall.Kill(-c.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal process group %d: %w", c.pid, err)
 	}
 	return nil
 }
@@ -120,7 +126,7 @@ func (c *processChild) reap() {
 			// ours), or never existed.
 			return
 		}
-		if pid != c.proc.Pid {
+		if pid != c.pid {
 			continue
 		}
 		_ = c.proc.Release()
