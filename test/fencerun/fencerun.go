@@ -205,12 +205,8 @@ func (r *Runner) Stop() {
 func (r *Runner) Events() []Event {
 	r.mu.Lock()
 	events := slices.Clone(r.events)
-	var ctrs []*container
-	for _, c := range r.containers {
-		ctrs = append(ctrs, c)
-	}
 	r.mu.Unlock()
-	starts, _ := filepath.Glob(filepath.Join(r.opts.Dir, "*", "starts"))
+	starts, _ := filepath.Glob(filepath.Join(r.opts.Dir, "*", "*", "starts"))
 	for _, f := range starts {
 		events = append(events, childStarts(r.opts.Cluster, f)...)
 	}
