@@ -43,12 +43,13 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: build
-build: ## Build berth-leaseapi, berth-agent and berthctl into bin/.
+build: ## Build berth-leaseapi, berth-agent, berthctl and berth-fence (static) into bin/.
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -o $(BIN)/ $$($(GO) list ./cmd/... | grep -v '/cmd/berth-fence$$')
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/berth-fence ./cmd/berth-fence
 
 .PHONY: images
-images: ## Build the OCI images (linux/amd64 and linux/arm64) of the three binaries into bin/images/.
+images: ## Build the OCI images (linux/amd64 and linux/arm64) of the three binaries into bin/images/ (berth-fence inside berth-agent's).
 	cd hack/imagebuild && $(GO) run . -repo-root $(CURDIR) -out $(BIN)/images
 
 .PHONY: generate

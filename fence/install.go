@@ -23,7 +23,7 @@ func Install(src, dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("install: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // after a successful rename: nothing left
+	defer func() { _ = os.Remove(tmp.Name()) }() // after a successful rename: nothing left
 	if _, err := io.Copy(tmp, in); err != nil {
 		_ = tmp.Close()
 		return "", fmt.Errorf("install: copy to %s: %w", tmp.Name(), err)

@@ -33,7 +33,7 @@ func main() {
 // run dispatches the subcommand and returns the exit code.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprintf(stderr, "%s", usage)
 		return exitUsage
 	}
 	switch args[0] {
@@ -41,7 +41,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "berth-fence %s\n", version)
 		return 0
 	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprintf(stdout, "%s", usage)
 		return 0
 	case "install":
 		return runInstall(args[1:], stdout, stderr)

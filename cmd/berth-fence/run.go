@@ -19,7 +19,7 @@ const exitUsage = fence.ExitUsage
 // runInstall is `berth-fence install DIR`.
 func runInstall(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 || args[0] == "" {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprintf(stderr, "%s", usage)
 		return exitUsage
 	}
 	self, err := os.Executable()
@@ -42,7 +42,7 @@ func runExec(args []string, stderr io.Writer) int {
 		args = args[1:]
 	}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprintf(stderr, "%s", usage)
 		return exitUsage
 	}
 	log := fence.NewLogger(stderr)

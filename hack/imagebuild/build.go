@@ -17,6 +17,20 @@ import (
 // allBinaries are the commands under cmd/ that ship as images.
 var allBinaries = []string{"berth-agent", "berth-leaseapi", "berthctl"}
 
+// companions are commands under cmd/ that ship inside another binary's
+// image, beside it in /usr/local/bin: berth-fence is copied by admission's
+// init container from the agent's own image into each fenced Pod.
+var companions = map[string][]string{"berth-agent": {"berth-fence"}}
+
+// withCompanions is binaries followed by the companions of each.
+func withCompanions(binaries []string) []string {
+	out := slices.Clone(binaries)
+	for _, b := range binaries {
+		out = append(out, companions[b]...)
+	}
+	return out
+}
+
 // config is what one run builds and where it puts it.
 type config struct {
 	repoRoot  string
@@ -51,10 +65,10 @@ func build(ctx context.Context, cfg config, out io.Writer) ([]result, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, b := range cfg.binaries {
+		for _, b := range withCompanions(cfg.binaries) {
 			bins[binaryKey(p, b)] = filepath.Join(dir, b)
 		}
-		fmt.Fprintf(out, "go build %s: %s in %s\n", p.String(), strings.Join(cfg.binaries, ", "), time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(out, "go build %s: %s in %s\n", p.String(), strings.Join(withCompanions(cfg.binaries), ", "), time.Since(start).Round(time.Millisecond))
 	}
 	base, err := baseLayer(cfg.created)
 	if err != nil {
@@ -81,7 +95,11 @@ func buildOne(cfg config, binary string, base v1.Layer, bins map[string]string, 
 	var images []platformImage
 	for _, p := range cfg.platforms {
 		start := time.Now()
-		img, err := buildImage(m, p, base, bins[binaryKey(p, binary)])
+		files := []string{bins[binaryKey(p, binary)]}
+		for _, c := range companions[binary] {
+			files = append(files, bins[binaryKey(p, c)])
+		}
+		img, err := buildImage(m, p, base, files)
 		if err != nil {
 			return result{}, err
 		}

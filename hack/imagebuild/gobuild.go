@@ -24,7 +24,7 @@ func goBuild(ctx context.Context, cfg config, p v1.Platform, tmp string) (string
 	}
 	args := []string{"build", "-C", cfg.repoRoot, "-trimpath", "-buildvcs=false",
 		"-ldflags", "-s -w -buildid= -X main.version=" + cfg.version, "-o", dir + string(filepath.Separator)}
-	for _, b := range cfg.binaries {
+	for _, b := range withCompanions(cfg.binaries) {
 		args = append(args, "./cmd/"+b)
 	}
 	cmd := exec.CommandContext(ctx, "go", args...)

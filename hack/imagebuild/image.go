@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -56,9 +58,15 @@ type platformImage struct {
 	image    v1.Image
 }
 
-// buildImage lays the binary over the base layer on an empty image.
-func buildImage(m imageMeta, p v1.Platform, base v1.Layer, binary string) (v1.Image, error) {
-	bin, err := binaryLayer(m.created, m.binary, binary)
+// buildImage lays the binary (files[0], the entrypoint) and its companions
+// (the rest, named by their files' base names) over the base layer on an
+// empty image.
+func buildImage(m imageMeta, p v1.Platform, base v1.Layer, files []string) (v1.Image, error) {
+	names := []string{m.binary}
+	for _, f := range files[1:] {
+		names = append(names, filepath.Base(f))
+	}
+	bin, err := binaryLayer(m.created, names, files)
 	if err != nil {
 		return nil, fmt.Errorf("layer of %s for %s: %w", m.binary, p.String(), err)
 	}
@@ -77,7 +85,7 @@ func buildImage(m imageMeta, p v1.Platform, base v1.Layer, binary string) (v1.Im
 	}
 	img, err = mutate.Append(img,
 		mutate.Addendum{Layer: base, History: m.history("users, CA certificates, /home/nonroot and /tmp")},
-		mutate.Addendum{Layer: bin, History: m.history(binDir + "/" + m.binary)})
+		mutate.Addendum{Layer: bin, History: m.history(binDir + "/{" + strings.Join(names, ",") + "}")})
 	if err != nil {
 		return nil, fmt.Errorf("add layers to image of %s: %w", m.binary, err)
 	}

@@ -75,6 +75,9 @@ func TestImages(t *testing.T) {
 					files := unpack(t, pi.image)
 					checkFiles(t, files, created)
 					checkBinary(t, r.name, pi.platform, files[binDir[1:]+"/"+r.name].data)
+					for _, c := range companions[r.name] {
+						checkBinary(t, c, pi.platform, files[binDir[1:]+"/"+c].data)
+					}
 				})
 			}
 		})
@@ -409,5 +412,45 @@ func TestTarballName(t *testing.T) {
 				t.Errorf("tarballName = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestCompanions: berth-agent's image carries berth-fence beside it (the
+// binary admission's init container copies into fenced Pods), with the
+// agent still the entrypoint; the other images carry their binary alone.
+func TestCompanions(t *testing.T) {
+	if diff := cmp.Diff([]string{"berth-agent", "berthctl", "berth-fence"}, withCompanions([]string{"berth-agent", "berthctl"})); diff != "" {
+		t.Errorf("withCompanions (-want +got):\n%s", diff)
+	}
+	dir := t.TempDir()
+	agent, fence := filepath.Join(dir, "berth-agent"), filepath.Join(dir, "berth-fence")
+	for f, content := range map[string]string{agent: "agent", fence: "fence"} {
+		if err := os.WriteFile(f, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	base, err := baseLayer(created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := imageMeta{binary: "berth-agent", version: testVersion, created: created}
+	img, err := buildImage(m, v1.Platform{OS: "linux", Architecture: "amd64"}, base, []string{agent, fence})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := unpack(t, img)
+	for name, want := range map[string]string{"usr/local/bin/berth-agent": "agent", "usr/local/bin/berth-fence": "fence"} {
+		if got := string(files[name].data); got != want || files[name].hdr.Mode != 0o755 {
+			t.Errorf("%s: %q mode %o, want %q mode 755", name, got, files[name].hdr.Mode, want)
+		}
+	}
+	checkFiles(t, files, created)
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"/usr/local/bin/berth-agent"}, cf.Config.Entrypoint); diff != "" {
+		t.Errorf("entrypoint (-want +got):\n%s", diff)
 	}
 }

@@ -59,18 +59,22 @@ func baseLayer(created time.Time) (v1.Layer, error) {
 	})
 }
 
-// binaryLayer holds one binary at /usr/local/bin/<name>.
-func binaryLayer(created time.Time, name, src string) (v1.Layer, error) {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return nil, fmt.Errorf("read binary: %w", err)
-	}
-	return layer(created, []entry{
+// binaryLayer holds binaries at /usr/local/bin/<name>: names[i] read from
+// files[i].
+func binaryLayer(created time.Time, names, files []string) (v1.Layer, error) {
+	entries := []entry{
 		dir("/usr", 0o755),
 		dir("/usr/local", 0o755),
 		dir(binDir, 0o755),
-		file(binDir+"/"+name, 0o755, b),
-	})
+	}
+	for i, src := range files {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return nil, fmt.Errorf("read binary: %w", err)
+		}
+		entries = append(entries, file(binDir+"/"+names[i], 0o755, b))
+	}
+	return layer(created, entries)
 }
 
 const passwdFile = `root:x:0:0:root:/root:/sbin/nologin
