@@ -79,7 +79,7 @@ func (f *fleet) acquire(t *testing.T, ttl time.Duration) client.AcquireResult {
 // fenced is one berth-fence exec process.
 type fenced struct {
 	cmd    *exec.Cmd
-	stdout bytes.Buffer
+	stdout syncBuffer
 	stderr syncBuffer
 	done   chan struct{}
 	err    error
@@ -212,7 +212,7 @@ func TestExecWaitsForItsOwnToken(t *testing.T) {
 	if code := p.exitCode(t, 5*time.Second); code != 128+int(syscall.SIGTERM) {
 		t.Errorf("exit code %d, want 143", code)
 	}
-	if p.stdout.Len() > 0 {
+	if p.stdout.String() != "" {
 		t.Errorf("the child ran: %q", p.stdout.String())
 	}
 }
