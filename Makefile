@@ -22,6 +22,7 @@ FUZZ_TARGETS := \
 	./leaseapi/lease:FuzzMachine \
 	./leaseapi/server:FuzzServer \
 	./admission:FuzzDecideCreate \
+	./fence:FuzzDeadline \
 	./admission:FuzzDecideUpdate \
 	./reconciler:FuzzDecide \
 	./reconciler:FuzzAgent

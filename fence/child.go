@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -78,7 +79,19 @@ func (p ProcessStarter) Start(env []string) (Child, error) {
 		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, 0
 		signal.Ignore(syscall.SIGTTOU, syscall.SIGTTIN)
 	}
-	if err := cmd.Start(); err != nil {
+	// The child dies with the fence (SIGKILL), should the fence itself be killed: a
+	// workload must never outlive its fence, even where the fence is not the
+	// container's PID 1 (a shared process namespace). The parent-death signal
+	// follows the thread that started the child, so that thread is locked and kept
+	// for the process's life: the goroutine never returns.
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	started := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		started <- cmd.Start()
+		select {}
+	}()
+	if err := <-started; err != nil {
 		code := 126
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			code = 127
