@@ -338,3 +338,36 @@ func TestExecWithoutConfiguration(t *testing.T) {
 		t.Errorf("output %q does not name the missing variable", out)
 	}
 }
+
+// TestExecChildDiesWithTheFence: berth-fence killed outright (SIGKILL, the OOM killer)
+// takes its workload with it, even where it is not a container's PID 1 whose end ends
+// the rest.
+func TestExecChildDiesWithTheFence(t *testing.T) {
+	f := newFleet(t)
+	f.acquire(t, 30*time.Second)
+	p := f.run(t, "/bin/sh", "-c", `echo $$; trap "" TERM; while :; do sleep 0.05; done`)
+	poll.For(t, 10*time.Second, "the child runs", func() bool { return strings.TrimSpace(p.stdout.String()) != "" })
+	child, err := strconv.Atoi(strings.TrimSpace(p.stdout.String()))
+	if err != nil {
+		t.Fatalf("child printed %q, want its pid", p.stdout.String())
+	}
+	// Should it outlive the fence, it holds the fence's output open: end it after the
+	// judgement, before the fence's own cleanup waits for that output.
+	t.Cleanup(func() { _ = syscall.Kill(-child, syscall.SIGKILL) })
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	poll.For(t, 5*time.Second, "the child is gone with its fence", func() bool {
+		return errors.Is(syscall.Kill(child, 0), syscall.ESRCH) || zombie(child)
+	})
+}
+
+// zombie reports whether pid has exited and waits to be reaped.
+func zombie(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(fields) > 0 && fields[0] == "Z"
+}
