@@ -79,6 +79,7 @@ var DefaultChild = []string{"/bin/sh", "-c", `echo "$(date +%s%N) $BERTH_FENCING
 
 // Event is a start or an exit of berth-fence, or a start of its child.
 type Event struct {
+	// Pod is the Pod's name and the first 8 characters of its UID.
 	Cluster, Pod, Container string
 	Kind                    EventKind
 	At                      time.Time
@@ -249,6 +250,7 @@ func (r *Runner) newContainer(ctx context.Context, pod *corev1.Pod, c corev1.Con
 	if len(c.Command) < 4 || c.Command[0] != admission.FenceBinary {
 		return nil, fmt.Errorf("container %s is not wrapped in berth-fence: %v", c.Name, c.Command)
 	}
+	// The Pod's folder names it as Event.Pod does: its name and the start of its UID.
 	dir := filepath.Join(r.opts.Dir, pod.Name+"-"+string(pod.UID)[:8], c.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -271,7 +273,7 @@ func (r *Runner) newContainer(ctx context.Context, pod *corev1.Pod, c corev1.Con
 		env = append(env, e.Name+"="+e.Value)
 	}
 	return &container{
-		pod: pod.Name, name: c.Name, dir: dir,
+		pod: filepath.Base(filepath.Dir(dir)), name: c.Name, dir: dir,
 		args: append(append([]string{}, c.Command[1:3]...), r.opts.Child...),
 		env:  env, done: make(chan struct{}),
 	}, nil
@@ -437,4 +439,16 @@ func childStarts(cluster, path string) []Event {
 		out = append(out, Event{Cluster: cluster, Pod: pod, Container: ctr, Kind: ChildStarted, At: time.Unix(0, ns), Token: int32(tok)})
 	}
 	return out
+}
+
+// LogTails returns the end of each berth-fence's log, for a failing test's report.
+func (r *Runner) LogTails(lines int) string {
+	logs, _ := filepath.Glob(filepath.Join(r.opts.Dir, "*", "*", "berth-fence.log"))
+	var b strings.Builder
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		fmt.Fprintf(&b, "%s:\n%s\n", l, strings.Join(all[max(0, len(all)-lines):], "\n"))
+	}
+	return b.String()
 }

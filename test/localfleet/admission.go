@@ -119,6 +119,7 @@ func (m *Member) AwaitAdmission(ctx context.Context) error {
 	var last error
 	_, err := poll.Until(ctx, 60*time.Second, "admission in effect", func(ctx context.Context) (bool, error) {
 		p := builders.Pod(w.Namespace, "admission-probe").ManagedBy(w.Name).Obj()
+		p.Spec.Containers[0].Command = []string{WorkloadCommand} // as the workload's, which a fenced lease needs
 		if last = m.Client.Create(ctx, p, ctrlclient.DryRunAll); last != nil {
 			return false, nil
 		}
