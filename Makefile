@@ -72,8 +72,12 @@ fmt: ## Format the Go sources.
 	$(GO) fmt ./...
 
 .PHONY: vet
-vet: ## Run go vet.
+vet: ## Run go vet on every module, and fail when a module's go.mod or go.sum is not tidy.
 	$(GO) vet ./...
+	@set -e; for m in . $(TEST_MODULES); do \
+		(cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "$$m: go.mod or go.sum is not tidy: run (cd $$m && go mod tidy) and commit"; exit 1; }; \
+	done
+	@set -e; for m in $(TEST_MODULES); do (cd $$m && $(GO) vet ./...); done
 
 .PHONY: lint
 lint: $(TOOLS_BIN)/golangci-lint ## Check formatting (gofmt) and run golangci-lint.
