@@ -443,6 +443,9 @@ func TestLeaseAPIChart(t *testing.T) {
 						t.Errorf("args %q lack %q", args, want)
 					}
 				}
+				if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--service-account-keys-dir") }) {
+					t.Errorf("args %q: service account tokens accepted without keys asked for", args)
+				}
 				if r.has("PodDisruptionBudget", "berth-leaseapi") || r.has("Deployment", "berth-leaseapi") || r.has("Role", "berth-leaseapi") {
 					t.Errorf("rendered %v", r.keys())
 				}
@@ -463,6 +466,24 @@ func TestLeaseAPIChart(t *testing.T) {
 					}
 				}
 				r.get(t, "PodDisruptionBudget", "berth-leaseapi")
+			},
+		},
+		"service account keys for in-Pod fencing": {
+			values: with(leaseAPIRequired, "auth.serviceAccountKeys.existingConfigMap=cluster-keys"),
+			check: func(t *testing.T, r rendered) {
+				spec := into[appsv1.StatefulSet](t, r.get(t, "StatefulSet", "berth-leaseapi")).Spec.Template.Spec
+				if !hasArg(argsOf(spec), "--service-account-keys-dir=/var/run/berth/service-account-keys") {
+					t.Errorf("args %q lack the service account keys", argsOf(spec))
+				}
+				mounted := slices.ContainsFunc(spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+					return m.Name == "service-account-keys" && m.MountPath == "/var/run/berth/service-account-keys" && m.ReadOnly
+				})
+				fromConfigMap := slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool {
+					return v.Name == "service-account-keys" && v.ConfigMap != nil && v.ConfigMap.Name == "cluster-keys"
+				})
+				if !mounted || !fromConfigMap {
+					t.Errorf("keys mounted %v, from ConfigMap cluster-keys %v", mounted, fromConfigMap)
+				}
 			},
 		},
 		"postgres without a DSN": {

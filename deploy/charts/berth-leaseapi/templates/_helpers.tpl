@@ -104,6 +104,9 @@ spec:
         {{- if .Values.auth.clientCA.existingSecret }}
         - --client-ca-file=/var/run/berth/client-ca/{{ .Values.auth.clientCA.key }}
         {{- end }}
+        {{- if .Values.auth.serviceAccountKeys.existingConfigMap }}
+        - --service-account-keys-dir=/var/run/berth/service-account-keys
+        {{- end }}
         - --log-format={{ .Values.logging.format }}
         - --v={{ .Values.logging.verbosity }}
         {{- range .Values.extraArgs }}
@@ -149,6 +152,11 @@ spec:
           mountPath: /var/run/berth/client-ca
           readOnly: true
         {{- end }}
+        {{- if .Values.auth.serviceAccountKeys.existingConfigMap }}
+        - name: service-account-keys
+          mountPath: /var/run/berth/service-account-keys
+          readOnly: true
+        {{- end }}
         {{- if eq .Values.store.type "sqlite" }}
         - name: data
           mountPath: /var/lib/berth
@@ -170,6 +178,11 @@ spec:
     - name: client-ca
       secret:
         secretName: {{ .Values.auth.clientCA.existingSecret }}
+    {{- end }}
+    {{- if .Values.auth.serviceAccountKeys.existingConfigMap }}
+    - name: service-account-keys
+      configMap:
+        name: {{ .Values.auth.serviceAccountKeys.existingConfigMap }}
     {{- end }}
     {{- if eq .Values.store.type "postgres" }}
     - name: postgres
