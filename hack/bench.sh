@@ -15,6 +15,9 @@
 #    of OPEN_BATCH leases each, OPEN_BATCH_RATE batches/s) on the embedded store,
 #    each RUNS times; and in the side-by-side run, batches on SQLite and on
 #    PostgreSQL next to the single renews and the baseline.
+# 5. Confirmations (in-Pod fencing) through the handler chain with a token-file
+#    bearer and with service account tokens (RS256, ES256), before the other
+#    servers start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -129,6 +132,11 @@ echo
 echo "## The store alone (500 goroutines, group commit), 3 runs"
 echo
 go test -run '^$' -bench BenchmarkRenew -benchtime 40000x -count 3 ./leaseapi/store/sqlite | grep '^BenchmarkRenew'
+
+echo
+echo "## Confirmations for in-Pod fencing, by credential (every core, no network), 3 runs"
+echo
+go test -run '^$' -bench BenchmarkConfirm -benchtime 2s -count 3 ./leaseapi/server | grep '^BenchmarkConfirm'
 
 # The other stores need a PostgreSQL and a kube-apiserver.
 echo >&2
