@@ -159,11 +159,20 @@ func DecideGrace(cur store.Lease, now time.Time) Decision {
 	return Decision{Next: next, Write: true, Outcome: OutcomeGraced}
 }
 
+// extend renews cur for ttl from now, but never ends the term earlier than it
+// already ends: a renewal with a shorter TTL (spec.ttlSeconds lowered on a
+// live BerthLease) would otherwise pull the expiry in under whoever was told
+// the old one, such as a fenced Pod whose deadline came from a confirmation
+// (docs/fencing.md), and another cluster could be granted the lease while it
+// still runs. The shorter TTL applies from the next renewal that reaches past
+// the old expiry.
 func extend(cur store.Lease, ttl time.Duration, now time.Time) Decision {
 	next := cur
 	next.TTL = ttl
 	next.RenewedAt = now
-	next.ExpiresAt = now.Add(ttl)
+	if until := now.Add(ttl); until.After(cur.ExpiresAt) {
+		next.ExpiresAt = until
+	}
 	return Decision{Next: next, Write: true, Outcome: OutcomeRenewed}
 }
 

@@ -61,11 +61,14 @@ func newTerm(cur store.Lease, holder string, token int32, ttl time.Duration, now
 	return cur
 }
 
-// extended is cur's term extended at now by ttl, keeping token and AcquiredAt.
+// extended is cur's term extended at now by ttl, keeping token and AcquiredAt;
+// it ends at now+ttl or at its old expiry, whichever is later.
 func extended(cur store.Lease, ttl time.Duration, now time.Time) store.Lease {
 	cur.TTL = ttl
 	cur.RenewedAt = now
-	cur.ExpiresAt = now.Add(ttl)
+	if now.Add(ttl).After(cur.ExpiresAt) {
+		cur.ExpiresAt = now.Add(ttl)
+	}
 	return cur
 }
 
@@ -211,6 +214,15 @@ func TestDecideRenew(t *testing.T) {
 		"holder with its token: extended, token kept": {
 			cur: heldBy("a", live), holder: "a", token: 3, ttl: 20 * time.Second,
 			want:     Decision{Next: extended(heldBy("a", live), 20*time.Second, t0), Write: true, Outcome: OutcomeRenewed},
+			wantHeld: true,
+		},
+		"a shorter TTL: the expiry is not pulled in": {
+			cur: heldBy("a", t0.Add(time.Minute)), holder: "a", token: 3, ttl: 6 * time.Second,
+			want: Decision{Next: func() store.Lease {
+				l := heldBy("a", t0.Add(time.Minute))
+				l.TTL, l.RenewedAt = 6*time.Second, t0
+				return l
+			}(), Write: true, Outcome: OutcomeRenewed},
 			wantHeld: true,
 		},
 		"one nanosecond before expiry: extended": {
@@ -694,10 +706,16 @@ func FuzzMachine(f *testing.F) {
 				step("only a revocation marks a term")
 			}
 
-			// A caller told it holds the lease really holds it, for ttl from now.
+			// A caller told it holds the lease really holds it, for ttl from now
+			// or until its term's old expiry, whichever is later: a renewal never
+			// pulls a term's end in under whoever was told it.
 			if d.Held() {
-				if !d.Write || next.Holder != holder || !next.ExpiresAt.Equal(now.Add(opTTL)) || next.TTL != opTTL || !next.Held(now) {
-					step("held decision does not leave the caller holding until now+ttl")
+				until := now.Add(opTTL)
+				if d.Outcome == OutcomeRenewed && cur.ExpiresAt.After(until) {
+					until = cur.ExpiresAt
+				}
+				if !d.Write || next.Holder != holder || !next.ExpiresAt.Equal(until) || next.TTL != opTTL || !next.Held(now) {
+					step("held decision does not leave the caller holding until the later of now+ttl and its old expiry")
 				}
 				if d.Outcome == OutcomeRenewed && (next.FencingToken != cur.FencingToken || !next.AcquiredAt.Equal(cur.AcquiredAt)) {
 					step("renewal started a new term")
