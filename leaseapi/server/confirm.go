@@ -29,6 +29,9 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request, p Principal) er
 		return err
 	}
 	s.Metrics.observeConfirmation(c)
+	// A confirmation is true as of its answer only: a cache that served it
+	// later would stretch a fence's deadline past the term.
+	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, c)
 	return nil
 }

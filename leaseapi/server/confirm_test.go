@@ -176,6 +176,9 @@ func TestConfirmation(t *testing.T) {
 				}
 				return
 			}
+			if cc := res.header.Get("Cache-Control"); cc != "no-store" {
+				t.Errorf("Cache-Control %q, want no-store: a confirmation served later would stretch a fence's deadline", cc)
+			}
 			var got leaseapi.Confirmation
 			res.decode(t, &got)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
