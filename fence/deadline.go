@@ -26,16 +26,20 @@ func StopBudget(ttl time.Duration) time.Duration {
 // the stop budget, so the other half is left for the kernel to tear it down.
 func KillDelay(ttl time.Duration) time.Duration { return StopBudget(ttl) / 2 }
 
+// maxConfirmInterval bounds the time between confirmations at long TTLs, so
+// that a revoked or released term is noticed within seconds, not hours.
+const maxConfirmInterval = 5 * time.Second
+
 // ConfirmInterval is how often a running workload's term is confirmed:
-// every TTL/6, at least every 250 ms apart.
+// every TTL/6, at least 250 ms and at most 5 s apart.
 func ConfirmInterval(ttl time.Duration) time.Duration {
-	return max(ttl/6, 250*time.Millisecond)
+	return min(max(ttl/6, 250*time.Millisecond), maxConfirmInterval)
 }
 
 // RetryInterval is how soon a failed confirmation of a running workload is
-// tried again: max(TTL/30, 200 ms).
+// tried again: TTL/30, at least 200 ms and at most 1 s apart.
 func RetryInterval(ttl time.Duration) time.Duration {
-	return max(ttl/30, 200*time.Millisecond)
+	return min(max(ttl/30, 200*time.Millisecond), time.Second)
 }
 
 // maxTTL bounds the TTL the arithmetic accepts: an int32 of seconds, the

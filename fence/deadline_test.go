@@ -64,6 +64,7 @@ func TestIntervals(t *testing.T) {
 		"30 s": {ttl: 30 * time.Second, wantConfirm: 5 * time.Second, wantRetry: time.Second},
 		"6 s":  {ttl: 6 * time.Second, wantConfirm: time.Second, wantRetry: 200 * time.Millisecond},
 		"1 s":  {ttl: time.Second, wantConfirm: 250 * time.Millisecond, wantRetry: 200 * time.Millisecond},
+		"24 h": {ttl: 24 * time.Hour, wantConfirm: 5 * time.Second, wantRetry: time.Second},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -294,6 +294,12 @@ func (r *run) onRunningAnswer(now time.Duration, a answer) {
 		return
 	}
 	if !r.confirmed(a) {
+		if termEnded(r.id, a.conf) {
+			// The term is over: another cluster may be granted the lease at any
+			// moment, so there is no time for a graceful stop.
+			r.kill(now, denial(a))
+			return
+		}
 		r.stop(now, denial(a))
 		return
 	}
@@ -323,6 +329,27 @@ func denial(a answer) string {
 		return fmt.Sprintf("confirmation names another term (holder %q, token %d)", c.Holder, c.FencingToken)
 	default:
 		return fmt.Sprintf("held by holder %q with token %d", c.Holder, c.FencingToken)
+	}
+}
+
+// termEnded reports whether an answer that does not confirm id says id's term
+// is over: the lease is free, or held by another holder or term. Only the
+// Pod's own term revoked (it lasts until its holder releases it or it
+// expires) leaves time for a graceful stop.
+func termEnded(id Identity, c leaseapi.Confirmation) bool {
+	return c.Holder != id.Holder || c.FencingToken != id.Token
+}
+
+// kill stops the child at once: SIGKILL to its group.
+func (r *run) kill(now time.Duration, reason string) {
+	if r.cancel != nil {
+		r.cancel()
+	}
+	r.phase, r.fenced, r.killAt, r.killed = phaseStopping, true, now, true
+	r.Log.Event(EventConfirmationLost, "reason", reason, "token", r.id.Token)
+	r.Log.Event(EventSIGKILL, "pid", r.child.Pid(), "reason", "term ended")
+	if err := r.child.Signal(syscall.SIGKILL); err != nil {
+		r.Log.Event(EventSIGKILL, "pid", r.child.Pid(), "error", err)
 	}
 }
 

@@ -299,21 +299,28 @@ func TestStartsOnlyAfterConfirmation(t *testing.T) {
 	}
 }
 
+// TestStopsWhenTheTermIsLost: a denial of the Pod's own revoked term (it
+// lasts until released or expired) stops the child gracefully, SIGTERM
+// first; any other denial says the term is over and another cluster may be
+// granted the lease at once, so the child gets SIGKILL straight away.
 func TestStopsWhenTheTermIsLost(t *testing.T) {
-	cases := map[string]leaseapi.Confirmation{
-		"another holder":  {Holder: "west", FencingToken: 8, TTLSeconds: 3},
-		"another token":   {Holder: "east", FencingToken: 8, TTLSeconds: 3},
-		"revoked":         {Holder: "east", FencingToken: 7, Revoked: true, TTLSeconds: 3},
-		"free (expired)":  {FencingToken: 7, TTLSeconds: 3},
-		"wrong confirmed": {Confirmed: true, Holder: "east", FencingToken: 6, TTLSeconds: 3, RemainingMillis: 3000},
+	cases := map[string]struct {
+		lost leaseapi.Confirmation
+		want syscall.Signal
+	}{
+		"another holder":  {lost: leaseapi.Confirmation{Holder: "west", FencingToken: 8, TTLSeconds: 3}, want: syscall.SIGKILL},
+		"another token":   {lost: leaseapi.Confirmation{Holder: "east", FencingToken: 8, TTLSeconds: 3}, want: syscall.SIGKILL},
+		"revoked":         {lost: leaseapi.Confirmation{Holder: "east", FencingToken: 7, Revoked: true, TTLSeconds: 3}, want: syscall.SIGTERM},
+		"free (expired)":  {lost: leaseapi.Confirmation{FencingToken: 7, TTLSeconds: 3}, want: syscall.SIGKILL},
+		"wrong confirmed": {lost: leaseapi.Confirmation{Confirmed: true, Holder: "east", FencingToken: 6, TTLSeconds: 3, RemainingMillis: 3000}, want: syscall.SIGKILL},
 	}
-	for name, lost := range cases {
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(func(n int) (leaseapi.Confirmation, error, bool) {
 				if n < 3 {
 					return confirmed(3000), nil, false
 				}
-				return lost, nil, false
+				return tc.lost, nil, false
 			})
 			h.start()
 			if code := h.exitCode(t, 10*time.Second); code != ExitFenced {
@@ -321,15 +328,21 @@ func TestStopsWhenTheTermIsLost(t *testing.T) {
 			}
 			child := h.starter.started()
 			got := child.received()
-			if len(got) == 0 || got[0].sig != syscall.SIGTERM {
-				t.Fatalf("signals %v, want SIGTERM first", got)
+			if len(got) == 0 || got[0].sig != tc.want {
+				t.Fatalf("signals %v, want %v first", got, tc.want)
 			}
 			// Confirmed every TTL/6 = 500 ms: the fourth call, at
 			// 1.5 s, is the denial.
 			if at := got[0].at - child.startedAt; at < 1500*time.Millisecond || at > 1500*time.Millisecond+PollInterval {
-				t.Errorf("SIGTERM %s after the start, want at the fourth confirmation (1.5 s)", at)
+				t.Errorf("%v %s after the start, want at the fourth confirmation (1.5 s)", tc.want, at)
 			}
-			for _, event := range []string{EventConfirmationLost, EventStopping, EventChildExited, EventExiting + " code=75"} {
+			events := []string{EventConfirmationLost, EventChildExited, EventExiting + " code=75"}
+			if tc.want == syscall.SIGKILL {
+				events = append(events, EventSIGKILL)
+			} else {
+				events = append(events, EventStopping)
+			}
+			for _, event := range events {
 				if !strings.Contains(h.log.String(), event) {
 					t.Errorf("log lacks %q:\n%s", event, h.log)
 				}

@@ -246,6 +246,9 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 		defer cancelAtDeadline()
 	}
 
+	if bl.Spec.PodFencing == berthv1alpha1.PodFencingExec {
+		mem.fenced.Store(true)
+	}
 	req := request{call: c, holder: p.holder, token: t.tokenFor(c), ttl: p.ttl, heartbeat: p.heartbeat, sent: r.Clock.Now()}
 	var (
 		res leaseclient.AcquireResult
@@ -262,7 +265,11 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 			log.Error(rerr, "release not sent", "token", req.token)
 			return
 		}
-		err = r.LeaseClient.Release(ctx, ns, name, req.holder, req.token)
+		if mem.fenced.Load() {
+			err = r.LeaseClient.Revoke(ctx, ns, name, req.holder, req.token)
+		} else {
+			err = r.LeaseClient.Release(ctx, ns, name, req.holder, req.token)
+		}
 	}
 	now := r.Clock.Now()
 	observeCall(c, req.sent, now, err)
@@ -283,7 +290,11 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 	case changeLost:
 		log.Info("lease lost", "token", o.token, "currentHolder", o.holder)
 	case changeReleased:
-		log.Info("lease released", "token", o.token)
+		if mem.fenced.Load() {
+			log.Info("lease released: revoked, free at its expiry (fenced Pods)", "token", o.token)
+		} else {
+			log.Info("lease released", "token", o.token)
+		}
 	}
 }
 

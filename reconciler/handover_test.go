@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,10 +25,12 @@ import (
 	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 )
 
-// grantingLeases grants every acquire and renewal, counting renewals.
+// grantingLeases grants every acquire and renewal, counting renewals,
+// releases and revocations.
 type grantingLeases struct {
-	token    int32
-	renewals atomic.Int32
+	token             int32
+	renewals          atomic.Int32
+	releases, revokes atomic.Int32
 }
 
 func (g *grantingLeases) Acquire(_ context.Context, _, _, holder string, _ time.Duration) (leaseclient.AcquireResult, error) {
@@ -36,7 +40,14 @@ func (g *grantingLeases) Renew(_ context.Context, _, _, holder string, tok int32
 	g.renewals.Add(1)
 	return leaseclient.AcquireResult{Acquired: true, Holder: holder, FencingToken: tok}, nil
 }
-func (g *grantingLeases) Release(context.Context, string, string, string, int32) error { return nil }
+func (g *grantingLeases) Release(context.Context, string, string, string, int32) error {
+	g.releases.Add(1)
+	return nil
+}
+func (g *grantingLeases) Revoke(context.Context, string, string, string, int32) error {
+	g.revokes.Add(1)
+	return nil
+}
 func (g *grantingLeases) RenewBatch(_ context.Context, holder string, rn []leaseclient.Renewal) ([]leaseclient.AcquireResult, error) {
 	g.renewals.Add(int32(len(rn)))
 	out := make([]leaseclient.AcquireResult, len(rn))
@@ -111,5 +122,63 @@ func TestFailedReconcileStillHandsTheTermOver(t *testing.T) {
 	t.Logf("renewals sent in 60 s: %d; Pod a gated=%v; selfFenced=%v; batch handed over=%v", leases.renewals.Load(), gated(a), tn.selfFenced, mem.batch != nil)
 	if len(deleted) > 0 {
 		t.Errorf("the running Pod a was stopped at %d s: its term was never renewed before its local deadline (every failing reconcile skipped the renewal, BatchRenewed, and never handed the term over)", firstStop)
+	}
+}
+
+// TestFencedTermIsRevokedNotReleased: a BerthLease deleted on the holder
+// stops its Pods, then gives its term up. Unfenced, by a release, which frees
+// the term at once; fenced (spec.podFencing Exec), by revoking its own term,
+// so that the lease API grants it to no one before its expiry: a Pod gone
+// from the API server (forced away from a partitioned node) may still run
+// there under berth-fence until its deadline, which precedes the expiry.
+func TestFencedTermIsRevokedNotReleased(t *testing.T) {
+	for name, tc := range map[string]struct {
+		fencing                   berthv1alpha1.PodFencing
+		wantReleases, wantRevokes int32
+	}{
+		"unfenced: released": {fencing: berthv1alpha1.PodFencingNone, wantReleases: 1},
+		"fenced: revoked":    {fencing: berthv1alpha1.PodFencingExec, wantRevokes: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			scheme := runtime.NewScheme()
+			_ = corev1.AddToScheme(scheme)
+			_ = berthv1alpha1.AddToScheme(scheme)
+			_ = appsv1.AddToScheme(scheme)
+			_ = batchv1.AddToScheme(scheme)
+			uid := types.UID("uid-exporter")
+			bl := &berthv1alpha1.BerthLease{ObjectMeta: metav1.ObjectMeta{Namespace: "payments", Name: "exporter", UID: uid, Finalizers: []string{FinalizerName}},
+				Spec: berthv1alpha1.BerthLeaseSpec{TTLSeconds: 30, HeartbeatIntervalSeconds: 10, PodFencing: tc.fencing}}
+			c := fake.NewClientBuilder().WithScheme(scheme).
+				WithObjects(bl, managedPod("a", uid)).
+				WithStatusSubresource(&berthv1alpha1.BerthLease{}).
+				WithIndex(&berthv1alpha1.BerthLease{}, IndexLeaseName, func(o ctrlclient.Object) []string {
+					return []string{o.(*berthv1alpha1.BerthLease).EffectiveLeaseName()}
+				}).Build()
+			leases := &grantingLeases{token: 4}
+			clk := clocktesting.NewFakeClock(time.Now())
+			r := &BerthLeaseReconciler{Client: c, LeaseClient: leases, ClusterIdentity: us, ManagedWorkloads: true, Clock: clk,
+				Wake: func(context.Context, types.NamespacedName) {}}
+			r.defaults()
+			req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "payments", Name: "exporter"}}
+			reconcile := func() {
+				if _, err := r.Reconcile(t.Context(), req); err != nil {
+					t.Logf("reconcile: %v", err)
+				}
+			}
+			reconcile()
+			if a := (&corev1.Pod{}); c.Get(t.Context(), types.NamespacedName{Namespace: "payments", Name: "a"}, a) != nil || gated(a) {
+				t.Fatalf("Pod a not ungated under the term")
+			}
+			if err := c.Delete(t.Context(), bl); err != nil {
+				t.Fatal(err)
+			}
+			for range 10 {
+				reconcile()
+				clk.Step(time.Second)
+			}
+			if got, want := [2]int32{leases.releases.Load(), leases.revokes.Load()}, [2]int32{tc.wantReleases, tc.wantRevokes}; got != want {
+				t.Errorf("releases, revocations = %v, want %v", got, want)
+			}
+		})
 	}
 }

@@ -98,6 +98,13 @@ func (f *faultyLeases) Release(ctx context.Context, ns, name, holder string, tok
 	return f.LeaseClient.Release(ctx, ns, name, holder, token)
 }
 
+func (f *faultyLeases) Revoke(ctx context.Context, ns, name, holder string, token int32) error {
+	if f.cut.Load() {
+		return f.hang(ctx)
+	}
+	return f.LeaseClient.Revoke(ctx, ns, name, holder, token)
+}
+
 // member is one cluster of the test fleet with its agent.
 type member struct {
 	name   string

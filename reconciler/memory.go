@@ -3,6 +3,7 @@ package reconciler
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -36,6 +37,13 @@ type memory struct {
 	// fenceWoken is the term whose passed deadline the renewer has woken
 	// the reconcile for (once per term).
 	fenceWoken *Term
+	// fenced: some term of this BerthLease was renewed while it asked
+	// spec.podFencing Exec, so Pods may run under berth-fence with local
+	// deadlines up to its expiry, whether or not the agent sees them (a
+	// Pod deleted while its node is cut off, or forced). Such a term is
+	// given up by revoking it instead of releasing it: it ends for confirmations at
+	// once and is granted to no one before its expiry. Never cleared.
+	fenced atomic.Bool
 	// last is the BerthLease as last read: what is known of it if it
 	// vanishes (reconcileGone).
 	last *berthv1alpha1.BerthLease
