@@ -89,14 +89,18 @@ func (s *Service) now(ctx context.Context) (instant, error) {
 	return instant{earliest: r.Earliest.UTC().Truncate(time.Microsecond), latest: latest}, nil
 }
 
-// grant lengthens a term that d begins or extends (at at.earliest) by the
-// uncertainty of at, so that it ends a TTL after the latest time the clock
-// may have shown. Every server judges expiry at the earliest time its clock
-// may show, so none sees a term end before its TTL has passed on the
-// judging clock; uncertainty only ever delays a takeover.
+// grant makes a term that d begins or extends (at at.earliest) end no
+// earlier than a TTL after the latest time the clock may have shown. Every
+// server judges expiry at the earliest time its clock may show, so none sees
+// a term end before its TTL has passed on the judging clock; uncertainty
+// only ever delays a takeover. A term the decision kept to its old, later
+// end (a renewal with a lower TTL) is left there, so the uncertainty of
+// each renewal does not add up.
 func (at instant) grant(d Decision) Decision {
 	if d.Write && d.Held() {
-		d.Next.ExpiresAt = d.Next.ExpiresAt.Add(at.latest.Sub(at.earliest))
+		if until := d.Next.RenewedAt.Add(d.Next.TTL).Add(at.latest.Sub(at.earliest)); until.After(d.Next.ExpiresAt) {
+			d.Next.ExpiresAt = until
+		}
 	}
 	return d
 }
