@@ -46,8 +46,9 @@ const (
 	ReasonLeaseLabelChange Reason = "LeaseLabelChanged"
 	ReasonUIDLabelChange   Reason = "UIDLabelChanged"
 	ReasonTermChange       Reason = "TermAnnotationChanged"
-	// ReasonNotFenced: the BerthLease asks spec.podFencing Exec and a container does not
-	// run under berth-fence as admission wraps it.
+	// ReasonNotFenced: the BerthLease asks spec.podFencing Exec and the Pod does not run
+	// its workload under berth-fence exactly as admission wraps it (at creation), or a
+	// change would let code of a fenced Pod run outside berth-fence (at update).
 	ReasonNotFenced Reason = "NotFenced"
 )
 
@@ -62,7 +63,8 @@ const (
 	// ReasonFenced: the mutating webhook wrapped containers in berth-fence.
 	ReasonFenced Reason = "Fenced"
 	// ReasonFenceUnavailable: the BerthLease asks spec.podFencing Exec and this agent
-	// was started without --fence-image; the creation is refused.
+	// was started without --fence-image; the creation is refused, by the mutating
+	// webhook and by the validating one.
 	ReasonFenceUnavailable Reason = "FenceUnavailable"
 )
 
@@ -150,8 +152,10 @@ func podName(namespace string, pod *corev1.Pod) string {
 // must be created gated, not bound to a node, and stamped with the UID of the BerthLease it
 // names, or, while that BerthLease does not exist yet, with no UID label at all when a
 // ReplicaSet or StatefulSet controls it (the workload was applied before its BerthLease;
-// the Decision carries a warning). Pods that are not managed are allowed.
-func DecideCreate(namespace string, pod *corev1.Pod, lease BerthLeaseRef) Decision {
+// the Decision carries a warning). Pods that are not managed are allowed. When the
+// BerthLease asks spec.podFencing Exec, the Pod must carry exactly the fence that Fence
+// injects with cfg, this agent's configuration.
+func DecideCreate(namespace string, pod *corev1.Pod, lease BerthLeaseRef, cfg FenceConfig) Decision {
 	name := podName(namespace, pod)
 	leaseName, managed := pod.Labels[berthv1alpha1.ManagedLeaseLabel]
 	uid, stamped := pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel]
@@ -206,15 +210,29 @@ func DecideCreate(namespace string, pod *corev1.Pod, lease BerthLeaseRef) Decisi
 			berthv1alpha1.ManagedLeaseUIDLabel, have, leaseName, lease.UID)})
 	}
 	if lease.Found && lease.PodFencing && allow == ReasonValid {
-		for _, p := range (fence{key: leaseapi.Key{Namespace: namespaceOf(namespace, pod), Name: lease.LeaseName}}).problems(pod) {
-			vs = append(vs, violation{ReasonNotFenced, fmt.Sprintf("BerthLease %q asks spec.podFencing Exec: %s", leaseName, p)})
-		}
+		vs = append(vs, fenceViolations(namespaceOf(namespace, pod), leaseName, lease, cfg, pod)...)
 	}
 	d := decide(name, allow, vs)
 	if d.Allowed {
 		d.Warning = warning
 	}
 	return d
+}
+
+// fenceViolations are the ways pod, of a BerthLease with spec.podFencing Exec, falls short
+// of the fence this agent injects. An agent without a fence image cannot tell the genuine
+// berth-fence from another, so it refuses the Pod.
+func fenceViolations(namespace, berthLease string, lease BerthLeaseRef, cfg FenceConfig, pod *corev1.Pod) []violation {
+	if cfg.Image == "" {
+		return []violation{{ReasonFenceUnavailable, fmt.Sprintf(
+			"BerthLease %q asks spec.podFencing Exec, but this cluster's Berth agent runs without --fence-image, so it cannot check that the Pod runs the genuine berth-fence",
+			berthLease)}}
+	}
+	var vs []violation
+	for _, p := range (fence{cfg: cfg, key: leaseapi.Key{Namespace: namespace, Name: lease.LeaseName}}).problems(pod) {
+		vs = append(vs, violation{ReasonNotFenced, fmt.Sprintf("BerthLease %q asks spec.podFencing Exec: %s", berthLease, p)})
+	}
+	return vs
 }
 
 // awaits reports whether a Pod may be created before its BerthLease: one that a ReplicaSet
@@ -234,11 +252,26 @@ func namespaceOf(namespace string, pod *corev1.Pod) string {
 // DecideUpdate decides a change of a Pod (an update or patch of the Pod or its status) by
 // user. Only operatorUser (the Berth agent) may remove the scheduling gate, add, change or
 // remove the managed labels, or change the term annotations the agent writes when it
-// ungates a Pod; anyone may make any other change.
+// ungates a Pod. Nobody, the agent included, may make a change that lets code of a fenced
+// Pod run outside berth-fence (see fenceChanges); anyone may make any other change.
 func DecideUpdate(namespace string, old, pod *corev1.Pod, user, operatorUser string) Decision {
-	if !berths(old) && !berths(pod) {
+	if !berths(old) && !berths(pod) && !fencedPod(old) {
 		return Decision{Allowed: true, Reason: ReasonUnmanaged}
 	}
+	vs := reservedChanges(old, pod, user, operatorUser)
+	byOperator := len(vs) > 0 && user == operatorUser && operatorUser != ""
+	if byOperator {
+		vs = nil
+	}
+	vs = append(vs, fenceChanges(old, pod)...)
+	if byOperator && len(vs) == 0 {
+		return Decision{Allowed: true, Reason: ReasonOperator}
+	}
+	return decide(podName(namespace, old), ReasonValid, vs)
+}
+
+// reservedChanges are the changes from old to pod that only operatorUser may make.
+func reservedChanges(old, pod *corev1.Pod, user, operatorUser string) []violation {
 	var vs []violation
 	agent := fmt.Sprintf("the Berth agent (%s)", operatorUser)
 	if gated(old) && !gated(pod) {
@@ -274,10 +307,7 @@ func DecideUpdate(namespace string, old, pod *corev1.Pod, user, operatorUser str
 				key, change(o, had, n, has), agent, user)})
 		}
 	}
-	if len(vs) > 0 && user == operatorUser && operatorUser != "" {
-		return Decision{Allowed: true, Reason: ReasonOperator}
-	}
-	return decide(podName(namespace, old), ReasonValid, vs)
+	return vs
 }
 
 func change(old string, had bool, new string, has bool) string {

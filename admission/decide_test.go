@@ -182,7 +182,7 @@ func TestDecideCreate(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := DecideCreate("payments", tc.pod, tc.lease)
+			got := DecideCreate("payments", tc.pod, tc.lease, testFence)
 			checkDecision(t, got, tc.want, tc.wantMessage)
 		})
 	}
@@ -349,7 +349,7 @@ func TestStamp(t *testing.T) {
 				t.Errorf("Stamp changed a stamped Pod again (not idempotent)")
 			}
 			if tc.lease.Found && tc.wantChanged {
-				if d := DecideCreate("payments", pod, tc.lease); !d.Allowed {
+				if d := DecideCreate("payments", pod, tc.lease, testFence); !d.Allowed {
 					t.Errorf("stamped Pod denied at creation: %s", d.Message)
 				}
 			}

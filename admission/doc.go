@@ -14,6 +14,11 @@
 //   - On every change of a Pod or its status: only the agent (OperatorUser) may remove the
 //     gate, add, change or remove the managed labels, or change the term annotations
 //     (berthv1alpha1.FencingTokenAnnotation, berthv1alpha1.HolderAnnotation).
+//   - For a BerthLease with spec.podFencing Exec: the mutating webhook wraps the Pod in
+//     berth-fence (Fence), the validating webhook admits it only with exactly that
+//     wrapping, for this agent's FenceConfig, and refuses to everyone, the agent included,
+//     a later change that would let code run outside berth-fence (an ephemeral container,
+//     another installer image).
 //
 // A managed Pod is never bound while it is gated: the API server refuses to bind any Pod
 // with a scheduling gate, and a Pod can only be bound at creation (spec.nodeName, denied

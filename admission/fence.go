@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -123,16 +124,18 @@ func (f fence) leaseEnv() []corev1.EnvVar {
 	}
 }
 
-// env is a wrapped container's whole environment for berth-fence: where the lease API is,
-// and leaseEnv.
+// env is a wrapped container's whole environment for berth-fence: where the lease API is
+// and the CA that verifies it, and leaseEnv. The CA is set even when it is empty (the
+// system's roots): a variable the container names wins over envFrom in the kubelet, so
+// no ConfigMap or Secret the Pod imports can supply another.
 func (f fence) env() []corev1.EnvVar {
-	env := []corev1.EnvVar{{Name: EnvLeaseAPIURL, Value: f.cfg.LeaseAPIURL}}
-	if f.cfg.LeaseAPICA != "" {
-		env = append(env, corev1.EnvVar{Name: EnvLeaseAPICA, Value: f.cfg.LeaseAPICA})
-	}
-	return append(env, f.leaseEnv()...)
+	return append([]corev1.EnvVar{
+		{Name: EnvLeaseAPIURL, Value: f.cfg.LeaseAPIURL},
+		{Name: EnvLeaseAPICA, Value: f.cfg.LeaseAPICA},
+	}, f.leaseEnv()...)
 }
 
+// mounts are a wrapped container's mounts of the fence's volumes.
 func (f fence) mounts() []corev1.VolumeMount {
 	return []corev1.VolumeMount{
 		{Name: FenceBinVolume, MountPath: FenceBinDir, ReadOnly: true},
@@ -145,13 +148,24 @@ func wrapped(c *corev1.Container) bool {
 	return len(c.Command) > 3 && c.Command[0] == FenceBinary && c.Command[1] == "exec" && c.Command[2] == "--"
 }
 
+// installer is the Pod's berth-fence installer: its first init container, when that has
+// the installer's name; nil otherwise.
+func installer(pod *corev1.Pod) *corev1.Container {
+	if len(pod.Spec.InitContainers) > 0 && pod.Spec.InitContainers[0].Name == FenceInitContainer {
+		return &pod.Spec.InitContainers[0]
+	}
+	return nil
+}
+
 // workloadContainers are the containers berth-fence wraps: every container and init
-// container but its own installer.
+// container but its own installer. An init container named like the installer anywhere
+// but first is a workload container like any other.
 func workloadContainers(pod *corev1.Pod) []*corev1.Container {
 	var cs []*corev1.Container
+	inst := installer(pod)
 	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name != FenceInitContainer {
-			cs = append(cs, &pod.Spec.InitContainers[i])
+		if c := &pod.Spec.InitContainers[i]; c != inst {
+			cs = append(cs, c)
 		}
 	}
 	for i := range pod.Spec.Containers {
@@ -160,45 +174,117 @@ func workloadContainers(pod *corev1.Pod) []*corev1.Container {
 	return cs
 }
 
-// inject wraps pod's containers in berth-fence and reports whether it changed anything.
-// A container already wrapped is left as it is, so that a reinvocation after another
-// webhook added a container wraps only that one. A container without a command is left
-// unwrapped: its image's entrypoint cannot be read here, and validation refuses the Pod,
-// saying so.
+// inFenceDir reports whether p is at or under FenceBinDir or FenceDir, compared as the
+// kubelet mounts it: cleaned and rooted, so that a trailing slash or a "/./" changes
+// nothing.
+func inFenceDir(p string) bool {
+	p = path.Clean("/" + p)
+	for _, dir := range []string{FenceBinDir, FenceDir} {
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func isFenceVolume(name string) bool { return name == FenceBinVolume || name == FenceVolume }
+
+// inject puts the fence into pod and reports whether it changed anything. It replaces
+// what it owns wherever the Pod already has it (its volumes, its installer, and the BERTH_
+// environment and fence mounts of each wrapped container, even one wrapped already), so
+// that no Pod template or earlier webhook can supply a look-alike; and it is idempotent,
+// so that a reinvocation after another webhook added a container wraps only that one. A
+// container without a command is left unwrapped: its image's entrypoint cannot be read
+// here, and validation refuses the Pod, saying so.
 func (f fence) inject(pod *corev1.Pod) bool {
-	changed := false
-	for _, v := range f.volumes() {
-		if !slices.ContainsFunc(pod.Spec.Volumes, func(have corev1.Volume) bool { return have.Name == v.Name }) {
-			pod.Spec.Volumes = append(pod.Spec.Volumes, v)
-			changed = true
-		}
-	}
-	if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == FenceInitContainer }) {
-		pod.Spec.InitContainers = append([]corev1.Container{f.initContainer()}, pod.Spec.InitContainers...)
-		changed = true
-	}
+	before := pod.DeepCopy()
+	f.injectVolumes(pod)
+	f.injectInstaller(pod)
 	for _, c := range workloadContainers(pod) {
-		if wrapped(c) || len(c.Command) == 0 {
-			continue
-		}
-		c.Command = append([]string{FenceBinary, "exec", "--"}, c.Command...)
-		c.Env = append(slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return strings.HasPrefix(e.Name, "BERTH_") }), f.env()...)
-		c.VolumeMounts = append(slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
-			return m.MountPath == FenceBinDir || m.MountPath == FenceDir
-		}), f.mounts()...)
-		changed = true
+		f.wrap(c)
 	}
-	return changed
+	return !equality.Semantic.DeepEqual(before, pod)
+}
+
+func (f fence) injectVolumes(pod *corev1.Pod) {
+	for _, v := range f.volumes() {
+		if i := slices.IndexFunc(pod.Spec.Volumes, func(have corev1.Volume) bool { return have.Name == v.Name }); i >= 0 {
+			pod.Spec.Volumes[i] = v
+		} else {
+			pod.Spec.Volumes = append(pod.Spec.Volumes, v)
+		}
+	}
+}
+
+// injectInstaller puts the installer first among the init containers. An init container
+// of that name the Pod already has is kept only when validation accepts it as the
+// installer (another webhook may have set its resources or security context); any other
+// is replaced, because an installer of another image or command installs another
+// berth-fence.
+func (f fence) injectInstaller(pod *corev1.Pod) {
+	inst := f.initContainer()
+	if i := slices.IndexFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == FenceInitContainer }); i >= 0 {
+		if len(f.installerDiffs(&pod.Spec.InitContainers[i])) == 0 {
+			inst = pod.Spec.InitContainers[i]
+		}
+		pod.Spec.InitContainers = slices.Delete(pod.Spec.InitContainers, i, i+1)
+	}
+	pod.Spec.InitContainers = append([]corev1.Container{inst}, pod.Spec.InitContainers...)
+}
+
+// wrap runs c under berth-fence with exactly berth-fence's environment and mounts: every
+// BERTH_ variable c had is dropped (berth-fence sets its child's own), and so is every
+// mount of the fence's volumes or at its two directories.
+func (f fence) wrap(c *corev1.Container) {
+	if len(c.Command) == 0 {
+		return
+	}
+	if !wrapped(c) {
+		c.Command = append([]string{FenceBinary, "exec", "--"}, c.Command...)
+	}
+	c.Env = append(slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return strings.HasPrefix(e.Name, "BERTH_") }), f.env()...)
+	c.VolumeMounts = append(slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		p := path.Clean("/" + m.MountPath)
+		return isFenceVolume(m.Name) || p == FenceBinDir || p == FenceDir
+	}), f.mounts()...)
 }
 
 // problems lists how pod falls short of the injection: each a sentence for a denial.
-// It checks what decides which lease berth-fence confirms and with what credential, so a
-// Pod cannot run unfenced, or fenced by another lease, because a later webhook or a
-// template changed it. Where the lease API is, and the image berth-fence came from, are
-// left to the Pod: a wrong one only keeps its workload from starting. So f needs only
-// its key, and validate-only installations (Pod templates that carry the injection
-// themselves) are judged the same.
+// Everything that decides which berth-fence runs, which lease API it asks and how it
+// trusts it, which lease it confirms and with what credential and term, and whether it
+// can stop all of its workload, is checked against what inject puts in with this agent's
+// FenceConfig: a Pod template, or a webhook before or after Berth's, cannot supply any
+// of it. Validate-only installations need the same FenceConfig.
 func (f fence) problems(pod *corev1.Pod) []string {
+	out := processProblems(pod)
+	out = append(out, f.volumeProblems(pod)...)
+	out = append(out, f.installerProblems(pod)...)
+	for _, c := range workloadContainers(pod) {
+		out = append(out, f.wrapProblems(c)...)
+		out = append(out, mountProblems(c, f.mounts())...)
+	}
+	if inst := installer(pod); inst != nil {
+		out = append(out, mountProblems(inst, f.initContainer().VolumeMounts)...)
+	}
+	return out
+}
+
+// processProblems: berth-fence stops its workload by signalling the processes of its own
+// PID namespace, as its container's PID 1. In a PID namespace shared with the Pod's other
+// containers, or the node's, it is not PID 1, and a process the workload leaves behind
+// (a daemon, an orphan reparented to the pause container) outlives the fence.
+func processProblems(pod *corev1.Pod) []string {
+	var out []string
+	if ptr.Deref(pod.Spec.ShareProcessNamespace, false) {
+		out = append(out, "spec.shareProcessNamespace is true: berth-fence must be its container's PID 1, so that no process of the workload outlives it")
+	}
+	if pod.Spec.HostPID {
+		out = append(out, "spec.hostPID is true: berth-fence must be its container's PID 1, so that no process of the workload outlives it")
+	}
+	return out
+}
+
+func (f fence) volumeProblems(pod *corev1.Pod) []string {
 	var out []string
 	for _, want := range f.volumes() {
 		i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == want.Name })
@@ -206,30 +292,195 @@ func (f fence) problems(pod *corev1.Pod) []string {
 			out = append(out, fmt.Sprintf("volume %s is not the one admission injects", want.Name))
 		}
 	}
-	if i := slices.IndexFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == FenceInitContainer }); i != 0 {
-		out = append(out, fmt.Sprintf("init container %s must come first, to install berth-fence", FenceInitContainer))
+	return out
+}
+
+func (f fence) installerProblems(pod *corev1.Pod) []string {
+	inst := installer(pod)
+	if inst == nil {
+		return []string{fmt.Sprintf("init container %s must come first, to install berth-fence", FenceInitContainer)}
 	}
-	wantEnv := f.leaseEnv()
-	for _, c := range workloadContainers(pod) {
-		switch {
-		case len(c.Command) == 0:
-			out = append(out, fmt.Sprintf(
-				"container %s sets no command: spec.podFencing Exec wraps each container's command in berth-fence, and the image's entrypoint cannot be read at admission; name it in the Pod template (command: [...], args unchanged)", c.Name))
-			continue
-		case !wrapped(c):
-			out = append(out, fmt.Sprintf("container %s does not run under berth-fence (command %s exec -- ...)", c.Name, FenceBinary))
-			continue
+	if diffs := f.installerDiffs(inst); len(diffs) > 0 {
+		return []string{fmt.Sprintf(
+			"init container %s differs from the one admission injects in its %s: only the agent's image %s installs berth-fence, by its own command, into volume %s",
+			FenceInitContainer, strings.Join(diffs, ", "), f.cfg.Image, FenceBinVolume)}
+	}
+	return nil
+}
+
+// installerDiffs names what in c differs from the installer inject makes, but for what
+// other webhooks may well set and what does not change the binary it installs: resources,
+// security context, image pull policy, termination message. Its mounts must be exactly
+// its one: a ConfigMap's key mounted at /usr/local/bin/berth-fence would install that.
+// (The API server's ServiceAccount admission adds its token's mount to the installer on
+// reinvocation; the reinvoked webhook replaces the installer again, without it.)
+func (f fence) installerDiffs(c *corev1.Container) []string {
+	want := f.initContainer()
+	var diffs []string
+	for _, field := range []struct {
+		name string
+		same bool
+	}{
+		{"image", c.Image == want.Image},
+		{"command", slices.Equal(c.Command, want.Command)},
+		{"args", len(c.Args) == 0},
+		{"workingDir", c.WorkingDir == ""},
+		{"env", len(c.Env) == 0 && len(c.EnvFrom) == 0},
+		{"volumeMounts", equality.Semantic.DeepEqual(c.VolumeMounts, want.VolumeMounts)},
+		{"volumeDevices", len(c.VolumeDevices) == 0},
+		{"restartPolicy", c.RestartPolicy == nil},
+	} {
+		if !field.same {
+			diffs = append(diffs, field.name)
 		}
-		for _, e := range wantEnv {
-			if i := slices.IndexFunc(c.Env, func(have corev1.EnvVar) bool { return have.Name == e.Name }); i < 0 || c.Env[i] != e {
-				out = append(out, fmt.Sprintf("container %s: environment variable %s is not the one admission injects", c.Name, e.Name))
-			}
+	}
+	// Anything else (probes, lifecycle hooks, ports) the installer has no use for.
+	rest := c.DeepCopy()
+	rest.Name, rest.Image, rest.Command, rest.Args, rest.WorkingDir = want.Name, want.Image, want.Command, want.Args, want.WorkingDir
+	rest.Env, rest.EnvFrom, rest.VolumeMounts, rest.VolumeDevices, rest.RestartPolicy = want.Env, want.EnvFrom, want.VolumeMounts, want.VolumeDevices, want.RestartPolicy
+	rest.Resources, rest.ResizePolicy, rest.SecurityContext, rest.ImagePullPolicy = want.Resources, want.ResizePolicy, want.SecurityContext, want.ImagePullPolicy
+	rest.TerminationMessagePath, rest.TerminationMessagePolicy = want.TerminationMessagePath, want.TerminationMessagePolicy
+	if !equality.Semantic.DeepEqual(*rest, want) {
+		diffs = append(diffs, "other fields")
+	}
+	return diffs
+}
+
+// wrapProblems says how a workload container falls short of running under berth-fence
+// with exactly the environment and mounts inject gives it.
+func (f fence) wrapProblems(c *corev1.Container) []string {
+	switch {
+	case len(c.Command) == 0:
+		return []string{fmt.Sprintf(
+			"container %s sets no command: spec.podFencing Exec wraps each container's command in berth-fence, and the image's entrypoint cannot be read at admission; name it in the Pod template (command: [...], args unchanged)", c.Name)}
+	case !wrapped(c):
+		return []string{fmt.Sprintf("container %s does not run under berth-fence (command %s exec -- ...)", c.Name, FenceBinary)}
+	}
+	var out []string
+	want := f.env()
+	for _, e := range want {
+		// The kubelet takes the last of several entries of one name; the only safe
+		// number is one.
+		switch n := countEnv(c.Env, e.Name); {
+		case n > 1:
+			out = append(out, fmt.Sprintf("container %s: environment variable %s is set %d times, want once, as admission injects it", c.Name, e.Name, n))
+		case n == 0 || c.Env[slices.IndexFunc(c.Env, func(have corev1.EnvVar) bool { return have.Name == e.Name })] != e:
+			out = append(out, fmt.Sprintf("container %s: environment variable %s is not the one admission injects", c.Name, e.Name))
 		}
-		for _, m := range f.mounts() {
-			if !slices.Contains(c.VolumeMounts, m) {
-				out = append(out, fmt.Sprintf("container %s does not mount volume %s read-only at %s", c.Name, m.Name, m.MountPath))
-			}
+	}
+	for _, e := range c.Env {
+		if strings.HasPrefix(e.Name, fenceEnvPrefix) && !slices.ContainsFunc(want, func(w corev1.EnvVar) bool { return w.Name == e.Name }) {
+			out = append(out, fmt.Sprintf("container %s: environment variable %s configures berth-fence, and admission does not set it", c.Name, e.Name))
+		}
+	}
+	for _, m := range f.mounts() {
+		if !slices.Contains(c.VolumeMounts, m) {
+			out = append(out, fmt.Sprintf("container %s does not mount volume %s read-only at %s", c.Name, m.Name, m.MountPath))
 		}
 	}
 	return out
+}
+
+// fenceEnvPrefix starts the variables that configure berth-fence alone (fence.EnvFencePrefix).
+const fenceEnvPrefix = "BERTH_FENCE_"
+
+func countEnv(env []corev1.EnvVar, name string) int {
+	n := 0
+	for _, e := range env {
+		if e.Name == name {
+			n++
+		}
+	}
+	return n
+}
+
+// mountProblems refuses every mount or device of c that reaches berth-fence's files but
+// those in allowed: a volume mounted at or under FenceBinDir or FenceDir (a ConfigMap's
+// key at /berth/bin/berth-fence would replace the binary, one at
+// /var/run/berth/fence/holder the term), or a fence volume mounted anywhere else (a
+// writable mount of berth-fence-bin would let a container rewrite the binary that a
+// container restarted later runs).
+func mountProblems(c *corev1.Container, allowed []corev1.VolumeMount) []string {
+	var out []string
+	for _, m := range c.VolumeMounts {
+		if (isFenceVolume(m.Name) || inFenceDir(m.MountPath)) && !slices.Contains(allowed, m) {
+			out = append(out, fmt.Sprintf(
+				"container %s mounts volume %s at %s: only admission mounts berth-fence's volumes, and nothing else may be mounted at or under %s or %s",
+				c.Name, m.Name, m.MountPath, FenceBinDir, FenceDir))
+		}
+	}
+	for _, d := range c.VolumeDevices {
+		if inFenceDir(d.DevicePath) {
+			out = append(out, fmt.Sprintf("container %s puts device %s at %s, under berth-fence's directories", c.Name, d.Name, d.DevicePath))
+		}
+	}
+	return out
+}
+
+// fencedPod reports whether pod was made with berth-fence in it: it has the fence's
+// projected volume or its installer. Only such a Pod of a fenced BerthLease is admitted,
+// so the Pod itself says so, without a lookup of its BerthLease.
+func fencedPod(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == FenceVolume }) ||
+		slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == FenceInitContainer })
+}
+
+// fenceChanges are the changes from old, a fenced Pod, to pod that would let code run
+// outside berth-fence, which nobody may make, the Berth agent included:
+//   - ephemeral containers added (kubectl debug, through pods/ephemeralcontainers): they
+//     come after admission wrapped the Pod and are never wrapped;
+//   - another installer image: the API server lets a container's image change, and the
+//     installer of a restarted Pod would install what that image holds;
+//   - a container's command or args, or the fence's volumes, changed: immutable in the
+//     API today, and refused here so that a relaxation there does not open a hole.
+//
+// A wrapped container's image may change: it still runs under /berth/bin/berth-fence.
+func fenceChanges(old, pod *corev1.Pod) []violation {
+	if !fencedPod(old) {
+		return nil
+	}
+	var what []string
+	if !equality.Semantic.DeepEqual(old.Spec.EphemeralContainers, pod.Spec.EphemeralContainers) {
+		what = append(what, "adding ephemeral containers is refused: they would run outside berth-fence")
+	}
+	olds, news := namedContainers(old), namedContainers(pod)
+	if o, n := olds[FenceInitContainer], news[FenceInitContainer]; o != nil && (n == nil || n.Image != o.Image) {
+		what = append(what, fmt.Sprintf("the image of init container %s may not change: it installs berth-fence", FenceInitContainer))
+	}
+	for name, o := range olds {
+		if n := news[name]; n == nil || !slices.Equal(n.Command, o.Command) || !slices.Equal(n.Args, o.Args) {
+			what = append(what, fmt.Sprintf("the command and args of container %s may not change: they run under berth-fence", name))
+		}
+	}
+	for _, name := range []string{FenceBinVolume, FenceVolume} {
+		o, n := namedVolume(old, name), namedVolume(pod, name)
+		if o != nil && (n == nil || !equality.Semantic.DeepEqual(o, n)) {
+			what = append(what, fmt.Sprintf("volume %s may not change or go", name))
+		}
+	}
+	slices.Sort(what)
+	vs := make([]violation, len(what))
+	for i, w := range what {
+		vs[i] = violation{ReasonNotFenced, "berth-fence guards this Pod (its BerthLease asks spec.podFencing Exec), for everyone, the Berth agent too: " + w}
+	}
+	return vs
+}
+
+// namedContainers are pod's containers and init containers by name.
+func namedContainers(pod *corev1.Pod) map[string]*corev1.Container {
+	cs := map[string]*corev1.Container{}
+	for i := range pod.Spec.InitContainers {
+		cs[pod.Spec.InitContainers[i].Name] = &pod.Spec.InitContainers[i]
+	}
+	for i := range pod.Spec.Containers {
+		cs[pod.Spec.Containers[i].Name] = &pod.Spec.Containers[i]
+	}
+	return cs
+}
+
+func namedVolume(pod *corev1.Pod, name string) *corev1.Volume {
+	if i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name }); i >= 0 {
+		return &pod.Spec.Volumes[i]
+	}
+	return nil
 }

@@ -106,7 +106,7 @@ func FuzzDecideCreate(f *testing.F) {
 		if !leaseFound {
 			l.UID = ""
 		}
-		d := DecideCreate("payments", pod, l)
+		d := DecideCreate("payments", pod, l, testFence)
 		_, managed := pod.Labels[berthv1alpha1.ManagedLeaseLabel]
 		_, stamped := pod.Labels[berthv1alpha1.ManagedLeaseUIDLabel]
 		switch {
@@ -130,7 +130,7 @@ func FuzzDecideCreate(f *testing.F) {
 			t.Fatalf("Stamp not idempotent")
 		}
 		if managed && pod.Spec.NodeName == "" && (l.Found || (!stamped && awaits(pod) && len(validation.IsDNS1123Subdomain(lease)) == 0)) {
-			if d := DecideCreate("payments", stampedPod, l); !d.Allowed {
+			if d := DecideCreate("payments", stampedPod, l, testFence); !d.Allowed {
 				t.Fatalf("stamped Pod denied: %s", d.Message)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,8 +43,10 @@ import (
 const (
 	namespace = "payments"
 	leaseName = "exporter"
-	agentUser = admission.DefaultOperatorUser
-	mallory   = "mallory" // may create, update and patch Pods, but is not the agent
+	// fencedLeaseName is a BerthLease with spec.podFencing Exec.
+	fencedLeaseName = "fenced-exporter"
+	agentUser       = admission.DefaultOperatorUser
+	mallory         = "mallory" // may create, update and patch Pods, but is not the agent
 )
 
 var scheme = builders.Scheme
@@ -52,7 +55,7 @@ var scheme = builders.Scheme
 type suite struct {
 	t                     *testing.T
 	admin, agent, mallory ctrlclient.Client
-	leaseUID              types.UID
+	leaseUID, fencedUID   types.UID
 	objs                  []ctrlclient.Object // Manifests: mutating, validating, policy, binding
 	seq                   int
 }
@@ -98,6 +101,7 @@ func TestWorkloadAdmission(t *testing.T) {
 	})
 	pods := s.managedDeployment(ctx, t)
 	s.ungate(ctx, t, &pods[0])
+	t.Run("fenced", func(t *testing.T) { s.fenced(ctx, t) })
 
 	// With the policy too: the agent still ungates.
 	s.create(ctx, policy, binding)
@@ -307,6 +311,71 @@ func (s *suite) bypasses(ctx context.Context, t *testing.T, policyOnly bool) {
 	}
 }
 
+// fenceConfig is the agent's configuration for fenced Pods in this suite.
+var fenceConfig = admission.FenceConfig{Image: "registry.example/berth-agent:test", LeaseAPIURL: "https://leases.example:8443"}
+
+// fenced tries, as mallory, to get the workload of a fenced BerthLease's Pod to run outside
+// the genuine berth-fence: the mutating webhook replaces a look-alike installer, and the
+// validating webhook refuses a ConfigMap mounted over the binary and an ephemeral
+// container added through pods/ephemeralcontainers, to mallory and the agent alike.
+func (s *suite) fenced(ctx context.Context, t *testing.T) {
+	// A look-alike installer placed first, as a sidecar of another image: replaced.
+	fake := s.fencedPod(s.name("fenced"), func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: admission.FenceInitContainer, Image: "registry.example/fake-fence",
+			Command: []string{"/bin/sh", "-c", "cp /fake /berth/bin/berth-fence"}, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+			VolumeMounts: []corev1.VolumeMount{{Name: admission.FenceBinVolume, MountPath: admission.FenceBinDir}}}}
+	})
+	s.mustCreateAs(ctx, s.mallory, fake)
+	got := &corev1.Pod{}
+	if err := s.admin.Get(ctx, ctrlclient.ObjectKeyFromObject(fake), got); err != nil {
+		t.Fatal(err)
+	}
+	inst := got.Spec.InitContainers[0]
+	if inst.Name != admission.FenceInitContainer || inst.Image != fenceConfig.Image || inst.RestartPolicy != nil ||
+		!slices.Equal(inst.Command, []string{admission.FenceImageBinary, "install", admission.FenceBinDir}) || len(got.Spec.InitContainers) != 1 {
+		t.Errorf("init containers %+v, want only the installer from %s", got.Spec.InitContainers, fenceConfig.Image)
+	}
+	if cmd := got.Spec.Containers[0].Command; len(cmd) == 0 || cmd[0] != admission.FenceBinary {
+		t.Errorf("main container's command %v, want it under %s", cmd, admission.FenceBinary)
+	}
+
+	// A ConfigMap's key mounted over the binary: refused.
+	err := s.mallory.Create(ctx, s.fencedPod(s.name("fenced"), func(p *corev1.Pod) {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "fake", VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "fake-fence"}}}})
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "fake", MountPath: admission.FenceBinary, SubPath: "berth-fence"}}
+	}))
+	if err := wantDenied(err, "container main mounts volume fake at "+admission.FenceBinary); err != nil {
+		t.Errorf("ConfigMap over berth-fence: %v", err)
+	}
+	if n := decisionCount(t, "CREATE", "deny", admission.ReasonNotFenced); n < 1 {
+		t.Errorf("berth_admission_decisions_total{CREATE,deny,NotFenced} = %v, want at least 1", n)
+	}
+
+	// An ephemeral container (kubectl debug) runs outside berth-fence: refused to everyone.
+	for name, c := range map[string]ctrlclient.Client{"mallory": s.mallory, "the agent": s.agent} {
+		debugged := got.DeepCopy()
+		debugged.Spec.EphemeralContainers = append(debugged.Spec.EphemeralContainers, corev1.EphemeralContainer{
+			EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "registry.example/exporter:1", Command: []string{"/exporter"}}})
+		err := c.SubResource("ephemeralcontainers").Update(ctx, debugged)
+		if err := wantDenied(err, "adding ephemeral containers is refused"); err != nil {
+			t.Errorf("ephemeral container added by %s: %v", name, err)
+		}
+	}
+}
+
+// fencedPod is a managed Pod of the fenced BerthLease, changed by opts, before mutation.
+func (s *suite) fencedPod(name string, opts ...podOpt) *corev1.Pod {
+	spec := podSpec()
+	spec.Containers[0].Command = []string{"/exporter"}
+	p := builders.Pod(namespace, name).Label("app", "fenced").ManagedBy(fencedLeaseName).ManagedUID(s.fencedUID).
+		PodSpec(spec).Gated().Obj()
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
 // webhookDown checks fail-closed with the webhook server stopped and its configurations
 // in place.
 func (s *suite) webhookDown(ctx context.Context, t *testing.T) {
@@ -443,7 +512,7 @@ func (s *suite) setUpCluster(ctx context.Context, cfg *rest.Config) {
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "pod-editor"},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"pods", "pods/status"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"pods", "pods/status", "pods/ephemeralcontainers"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "create", "delete"}},
 		},
@@ -458,9 +527,11 @@ func (s *suite) setUpCluster(ctx context.Context, cfg *rest.Config) {
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
 	lease := builders.BerthLease(namespace, leaseName).TTL(30).Heartbeat(10).Obj()
+	fencedLease := builders.BerthLease(namespace, fencedLeaseName).TTL(30).Heartbeat(10).PodFencing(berthv1alpha1.PodFencingExec).Obj()
 	s.create(ctx, role, bind, ns)
 	s.eventually("BerthLease created", func() error { return s.admin.Create(ctx, lease) })
-	s.leaseUID = lease.UID
+	s.create(ctx, fencedLease)
+	s.leaseUID, s.fencedUID = lease.UID, fencedLease.UID
 }
 
 // serveAdmission runs WorkloadAdmission (with mutation) in a manager's webhook server on
@@ -487,7 +558,7 @@ func serveAdmission(t *testing.T, cfg *rest.Config) (string, []byte, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := admission.SetupWorkloadAdmission(mgr, &admission.WorkloadAdmission{OperatorUser: agentUser, Mutate: true}); err != nil {
+	if err := admission.SetupWorkloadAdmission(mgr, &admission.WorkloadAdmission{OperatorUser: agentUser, Mutate: true, Fence: fenceConfig}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -185,7 +185,9 @@ func validatingConfiguration(o ManifestOptions) *admissionregistrationv1.Validat
 			// A Pod's subresources that take a whole Pod can write its labels and
 			// annotations too (pods/status does; the others drop such changes today).
 			// Only the requests that change Berth's labels or annotations are sent, so
-			// that status updates, which kubelets make all the time, never wait on Berth.
+			// that status updates, which kubelets make all the time, never wait on Berth;
+			// and every pods/ephemeralcontainers request on a Pod berth-fence guards,
+			// because an ephemeral container would run outside it (DecideUpdate).
 			Name:                    subresourceWebhookName,
 			ClientConfig:            clientConfig(o, ValidatePath),
 			Rules:                   []admissionregistrationv1.RuleWithOperations{podSubresourceRule()},
@@ -197,8 +199,8 @@ func validatingConfiguration(o ManifestOptions) *admissionregistrationv1.Validat
 			TimeoutSeconds:          ptr.To(o.TimeoutSeconds),
 			AdmissionReviewVersions: []string{"v1"},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
-				Name:       "changes-berth-metadata",
-				Expression: "!(" + celLabelsKept + " && " + celTermKept + ")",
+				Name:       "changes-berth-metadata-or-debugs-fenced",
+				Expression: "!(" + celLabelsKept + " && " + celTermKept + ") || " + celDebugsFenced,
 			}},
 		}},
 	}
@@ -384,6 +386,19 @@ var (
 	celLabelsKept = celSame("labels", berthv1alpha1.ManagedLeaseLabel) + " && " + celSame("labels", berthv1alpha1.ManagedLeaseUIDLabel)
 	celTermKept   = celSame("annotations", berthv1alpha1.FencingTokenAnnotation) + " && " + celSame("annotations", berthv1alpha1.HolderAnnotation)
 )
+
+// celFenced is true when obj was made with berth-fence in it (fencedPod): it has the
+// fence's volume or its installer.
+func celFenced(obj string) string {
+	return fmt.Sprintf("(%[1]s != null && ((has(%[1]s.spec.volumes) && %[1]s.spec.volumes.exists(v, v.name == %[2]s)) || "+
+		"(has(%[1]s.spec.initContainers) && %[1]s.spec.initContainers.exists(c, c.name == %[3]s))))",
+		obj, celString(FenceVolume), celString(FenceInitContainer))
+}
+
+// celDebugsFenced is true for a pods/ephemeralcontainers request on a Pod berth-fence
+// guards. Kubelets never make such requests, so only kubectl debug and its like wait on
+// Berth, and only for fenced Pods.
+var celDebugsFenced = `(request.subResource == "ephemeralcontainers" && ` + celFenced("oldObject") + ")"
 
 // YAML renders objects as one stream of YAML documents, each opened by "---", as
 // kubectl apply and Helm templates take them: without status or creation timestamps.

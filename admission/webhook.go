@@ -50,7 +50,8 @@ type WorkloadAdmission struct {
 	// gate and the UID label themselves.
 	Mutate bool
 	// Fence is what the mutating webhook puts into the Pods of BerthLeases with
-	// spec.podFencing Exec.
+	// spec.podFencing Exec, and what the validating webhook requires of them: a
+	// validate-only installation needs it too. Without an Image such Pods are refused.
 	Fence FenceConfig
 }
 
@@ -150,7 +151,7 @@ func (a *WorkloadAdmission) validate(ctx context.Context, req ctrladmission.Requ
 				return a.failed(ctx, op, err)
 			}
 		}
-		d = DecideCreate(req.Namespace, pod, lease)
+		d = DecideCreate(req.Namespace, pod, lease, a.Fence)
 	case admissionv1.Update:
 		pod, old := &corev1.Pod{}, &corev1.Pod{}
 		if err := decoder.Decode(req, pod); err != nil {
