@@ -148,6 +148,35 @@ func wrapped(c *corev1.Container) bool {
 	return len(c.Command) > 3 && c.Command[0] == FenceBinary && c.Command[1] == "exec" && c.Command[2] == "--"
 }
 
+// onceCommand starts the command of an exec probe or lifecycle hook: berth-fence asks
+// the lease API once and runs it under the Pod's term, or exits at once when the term is
+// not confirmed. They run workload code beside the container's main process, where
+// berth-fence's own deadline does not reach, and must answer within their own timeouts.
+var onceCommand = []string{FenceBinary, "exec", "--once", "--"}
+
+// execActions are c's exec probes and lifecycle hooks.
+func execActions(c *corev1.Container) []*corev1.ExecAction {
+	var out []*corev1.ExecAction
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+		if p != nil && p.Exec != nil {
+			out = append(out, p.Exec)
+		}
+	}
+	if l := c.Lifecycle; l != nil {
+		for _, h := range []*corev1.LifecycleHandler{l.PostStart, l.PreStop} {
+			if h != nil && h.Exec != nil {
+				out = append(out, h.Exec)
+			}
+		}
+	}
+	return out
+}
+
+// wrappedOnce reports whether an exec probe's or hook's command runs under berth-fence.
+func wrappedOnce(a *corev1.ExecAction) bool {
+	return len(a.Command) > len(onceCommand) && slices.Equal(a.Command[:len(onceCommand)], onceCommand)
+}
+
 // installer is the Pod's berth-fence installer: its first init container, when that has
 // the installer's name; nil otherwise.
 func installer(pod *corev1.Pod) *corev1.Container {
@@ -241,6 +270,11 @@ func (f fence) wrap(c *corev1.Container) {
 	}
 	if !wrapped(c) {
 		c.Command = append([]string{FenceBinary, "exec", "--"}, c.Command...)
+	}
+	for _, a := range execActions(c) {
+		if len(a.Command) > 0 && !wrappedOnce(a) {
+			a.Command = append(slices.Clone(onceCommand), a.Command...)
+		}
 	}
 	c.Env = append(slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return strings.HasPrefix(e.Name, "BERTH_") }), f.env()...)
 	c.VolumeMounts = append(slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
@@ -357,6 +391,12 @@ func (f fence) wrapProblems(c *corev1.Container) []string {
 		return []string{fmt.Sprintf("container %s does not run under berth-fence (command %s exec -- ...)", c.Name, FenceBinary)}
 	}
 	var out []string
+	for _, a := range execActions(c) {
+		if !wrappedOnce(a) {
+			out = append(out, fmt.Sprintf("container %s: an exec probe or lifecycle hook (command %q) does not run under berth-fence (command %s)",
+				c.Name, a.Command, strings.Join(onceCommand, " ")))
+		}
+	}
 	want := f.env()
 	for _, e := range want {
 		// The kubelet takes the last of several entries of one name; the only safe

@@ -27,7 +27,12 @@ func workloadPod(opts ...podOpt) *corev1.Pod {
 		p.Spec.Containers = []corev1.Container{
 			{Name: "main", Image: "exporter", Command: []string{"/exporter"}, Args: []string{"--once=false"},
 				Env: []corev1.EnvVar{{Name: "LOG", Value: "debug"}, {Name: EnvLeaseName, Value: "forged"}}},
-			{Name: "sidecar", Image: "proxy", Command: []string{"/proxy", "-v"}},
+			{Name: "sidecar", Image: "proxy", Command: []string{"/proxy", "-v"},
+				LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/health"}}}},
+				Lifecycle: &corev1.Lifecycle{
+					PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/warm-up"}}},
+					PreStop:   &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain"}},
+				}},
 		}
 	}}, opts...)...)
 }
@@ -67,6 +72,18 @@ func TestFenceInjects(t *testing.T) {
 		if env[EnvLeaseName] != "exporter-lease" || env[EnvLeaseNamespace] != "payments" || env[EnvLeaseAPIURL] != testFence.LeaseAPIURL || env[EnvLeaseAPICA] != testFence.LeaseAPICA {
 			t.Errorf("container %s: environment %v does not name lease payments/exporter-lease at %s", c.Name, env, testFence.LeaseAPIURL)
 		}
+	}
+	// Exec probes and hooks run workload code beside the main process: each asks once.
+	sidecar := pod.Spec.Containers[1]
+	for what, got := range map[string][]string{
+		"liveness probe": sidecar.LivenessProbe.Exec.Command, "postStart hook": sidecar.Lifecycle.PostStart.Exec.Command,
+	} {
+		if want := []string{FenceBinary, "exec", "--once", "--", got[len(got)-1]}; !slices.Equal(got, want) {
+			t.Errorf("sidecar's %s command %q, want %q", what, got, want)
+		}
+	}
+	if sidecar.Lifecycle.PreStop.HTTPGet == nil {
+		t.Errorf("sidecar's HTTP preStop hook changed: %+v", sidecar.Lifecycle.PreStop)
 	}
 	if main := pod.Spec.Containers[0]; !slices.Equal(main.Args, []string{"--once=false"}) || main.Env[0].Value != "debug" {
 		t.Errorf("main container's own args and environment changed: %v %v", main.Args, main.Env)
@@ -231,6 +248,17 @@ func TestDecideCreateFenced(t *testing.T) {
 			cfg: &FenceConfig{Image: testFence.Image, LeaseAPIURL: "https://leases.other:8443"}, denied: "BERTH_LEASE_API_URL is not the one"},
 		{name: "validating agent without a fence image", pod: fenced(t, workloadPod()), lease: fencedLease,
 			cfg: &FenceConfig{}, denied: "runs without --fence-image", wantReason: ReasonFenceUnavailable},
+
+		// Exec probes and hooks run in the container beside berth-fence's child.
+		{name: "an exec probe added unwrapped", pod: fencedWith(t, func(p *corev1.Pod) {
+			p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/exporter", "--run"}}}}
+		}), lease: fencedLease, denied: "container main: an exec probe or lifecycle hook"},
+		{name: "a postStart hook unwrapped", pod: fencedWith(t, func(p *corev1.Pod) {
+			p.Spec.Containers[1].Lifecycle.PostStart.Exec.Command = []string{"/warm-up"}
+		}), lease: fencedLease, denied: "container sidecar: an exec probe or lifecycle hook"},
+		{name: "a hook wrapped without --once", pod: fencedWith(t, func(p *corev1.Pod) {
+			p.Spec.Containers[1].Lifecycle.PostStart.Exec.Command = []string{FenceBinary, "exec", "--", "/warm-up"}
+		}), lease: fencedLease, denied: "container sidecar: an exec probe or lifecycle hook"},
 
 		// berth-fence must be its container's PID 1.
 		{name: "shared process namespace", pod: fencedWith(t, func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = ptr.To(true) }),

@@ -65,6 +65,12 @@ type Supervisor struct {
 	// process group (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2).
 	Signals <-chan os.Signal
 	Log     *Logger
+	// Once: ask for one confirmation instead of waiting for one. When the
+	// Pod's term cannot be read or is not confirmed, the fence exits
+	// ExitFenced at once without starting the child. For exec probes and
+	// lifecycle hooks, which run workload code beside the container's main
+	// process and must answer within their own timeouts.
+	Once bool
 }
 
 type phase int
@@ -128,6 +134,15 @@ func (s *Supervisor) Run() int {
 			r.cancel()
 		}
 	}()
+	if s.Once {
+		id, err := s.Identity.Read()
+		if err != nil {
+			s.Log.Event(EventWaitingIdentity, "reason", err.Error())
+			s.Log.Event(EventExiting, "code", ExitFenced)
+			return ExitFenced
+		}
+		r.id, r.phase = id, phaseWaiting
+	}
 	for {
 		now := s.Clock.Now()
 		r.tick(now)
@@ -255,6 +270,11 @@ func (r *run) onWaitingAnswer(now time.Duration, a answer) (int, bool) {
 		reason := denial(a)
 		if r.confirmed(a) {
 			reason = "confirmed with too little of the term left"
+		}
+		if r.Once {
+			r.Log.Event(EventWaiting, "holder", r.id.Holder, "token", r.id.Token, "reason", reason)
+			r.Log.Event(EventExiting, "code", ExitFenced)
+			return ExitFenced, true
 		}
 		if reason != r.waitReason {
 			r.waitReason = reason

@@ -201,6 +201,7 @@ type harness struct {
 	signals  chan os.Signal
 	log      *syncBuffer
 	code     chan int
+	once     bool
 }
 
 func newHarness(answer func(n int) (leaseapi.Confirmation, error, bool)) *harness {
@@ -222,6 +223,7 @@ func (h *harness) start() {
 		Identity: h.identity, Confirmer: h.conf, Starter: h.starter,
 		Environ: []string{"PATH=/bin", "BERTH_FENCE_TOKEN_FILE=/var/run/token", "BERTH_LEASE_API_CA=pem", "BERTH_FENCING_TOKEN=1", "BERTH_LEASE_API_URL=https://leases"},
 		Clock:   h.clock, Signals: h.signals, Log: &Logger{w: h.log, now: time.Now},
+		Once:    h.once,
 	}
 	go func() { h.code <- s.Run() }()
 }
@@ -513,5 +515,63 @@ func TestConfigFromEnv(t *testing.T) {
 	if _, err := ConfigFromEnv(func(k string) string { return env[k] }); !errors.Is(err, ErrConfig) ||
 		!strings.Contains(err.Error(), EnvLeaseName) || !strings.Contains(err.Error(), EnvTokenFile) {
 		t.Errorf("missing variables: error %v, want ErrConfig naming both", err)
+	}
+}
+
+// TestOnce: for an exec probe or a lifecycle hook, berth-fence asks once.
+// Confirmed, the command runs and its exit code is the fence's; its term
+// unreadable, the lease API unreachable, or the term not confirmed, the
+// command never starts and the fence exits ExitFenced at once, without
+// waiting out the probe's or the hook's time.
+func TestOnce(t *testing.T) {
+	unreachable := func(int) (leaseapi.Confirmation, error, bool) { return leaseapi.Confirmation{}, errUnreachable, false }
+	cases := map[string]struct {
+		answer         func(n int) (leaseapi.Confirmation, error, bool)
+		noIdentity     bool
+		wantCode       int
+		wantStarted    bool
+		wantCalls      int
+		wantLogMessage string
+	}{
+		"confirmed: runs": {
+			answer:   func(int) (leaseapi.Confirmation, error, bool) { return confirmed(3000), nil, false },
+			wantCode: 0, wantStarted: true, wantCalls: 1,
+		},
+		"another holder: never runs": {
+			answer:   func(int) (leaseapi.Confirmation, error, bool) { return leaseapi.Confirmation{Holder: "west", FencingToken: 8, TTLSeconds: 3}, nil, false },
+			wantCode: ExitFenced, wantCalls: 1, wantLogMessage: `held by holder \"west\"`,
+		},
+		"lease API unreachable: never runs": {answer: unreachable, wantCode: ExitFenced, wantCalls: 1},
+		"term not readable: never asks": {
+			answer: unreachable, noIdentity: true, wantCode: ExitFenced, wantCalls: 0,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(tc.answer)
+			h.once = true
+			if tc.noIdentity {
+				h.identity.failures = 1
+			}
+			h.start()
+			if tc.wantStarted {
+				if !h.step(time.Second, func() bool { return h.starter.started() != nil }) {
+					t.Fatalf("never started; log:\n%s", h.log)
+				}
+				h.starter.started().exit(0)
+			}
+			if code := h.exitCode(t, time.Second); code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; log:\n%s", code, tc.wantCode, h.log)
+			}
+			if started := h.starter.started() != nil; started != tc.wantStarted {
+				t.Errorf("child started %v, want %v", started, tc.wantStarted)
+			}
+			if n := h.conf.count(); n != tc.wantCalls {
+				t.Errorf("%d confirmation calls, want %d", n, tc.wantCalls)
+			}
+			if !strings.Contains(h.log.String(), tc.wantLogMessage) {
+				t.Errorf("log lacks %q:\n%s", tc.wantLogMessage, h.log)
+			}
+		})
 	}
 }

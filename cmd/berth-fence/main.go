@@ -19,6 +19,9 @@ const usage = `usage:
   berth-fence install DIR       copy this binary to DIR/berth-fence (an init container's step)
   berth-fence exec -- CMD [ARGS...]
                                 run CMD while the lease API confirms the Pod's term
+  berth-fence exec --once -- CMD [ARGS...]
+                                ask once (exec probes, lifecycle hooks): run CMD under the
+                                term if confirmed, else exit 75 at once
   berth-fence --version
 
 exec is configured by BERTH_LEASE_API_URL, BERTH_LEASE_API_CA, BERTH_LEASE_NAMESPACE,

@@ -104,8 +104,14 @@ func (s *syncBuffer) String() string {
 
 func (f *fleet) run(t *testing.T, child ...string) *fenced {
 	t.Helper()
+	return f.start(t, append([]string{"exec", "--"}, child...)...)
+}
+
+// start runs berth-fence with args in the fleet's Pod environment.
+func (f *fleet) start(t *testing.T, args ...string) *fenced {
+	t.Helper()
 	p := &fenced{done: make(chan struct{})}
-	p.cmd = exec.Command(binaries.Path("berth-fence"), append([]string{"exec", "--"}, child...)...)
+	p.cmd = exec.Command(binaries.Path("berth-fence"), args...)
 	p.cmd.Env = append(os.Environ(),
 		"BERTH_LEASE_API_URL="+f.api.URL, "BERTH_LEASE_API_CA="+f.ca,
 		"BERTH_LEASE_NAMESPACE="+exporter.Namespace, "BERTH_LEASE_NAME="+exporter.Name,
@@ -192,6 +198,30 @@ func TestExecRunsTheChildUnderItsTerm(t *testing.T) {
 	}
 	if _, line := p.event(t, fence.EventChildExited); !strings.Contains(line, "code=3") {
 		t.Errorf("child exited line %q, want code=3", line)
+	}
+}
+
+// TestExecOnce: an exec probe's or a lifecycle hook's berth-fence asks
+// once. Under another term it exits 75 at once without running its command;
+// under its own term it runs it and passes its exit code on.
+func TestExecOnce(t *testing.T) {
+	f := newFleet(t)
+	res := f.acquire(t, 30*time.Second)
+	writeFile(t, f.fenFile, strconv.Itoa(int(res.FencingToken)+1))
+	p := f.start(t, "exec", "--once", "--", "/bin/sh", "-c", "echo ran")
+	if code := p.exitCode(t, 5*time.Second); code != fence.ExitFenced {
+		t.Errorf("another term: exit code %d, want %d", code, fence.ExitFenced)
+	}
+	if p.stdout.String() != "" {
+		t.Errorf("another term: the command ran: %q", p.stdout.String())
+	}
+	writeFile(t, f.fenFile, strconv.Itoa(int(res.FencingToken)))
+	p = f.start(t, "exec", "--once", "--", "/bin/sh", "-c", "echo ran; exit 4")
+	if code := p.exitCode(t, 5*time.Second); code != 4 {
+		t.Errorf("own term: exit code %d, want the command's 4", code)
+	}
+	if got := p.stdout.String(); got != "ran\n" {
+		t.Errorf("own term: the command printed %q, want \"ran\\n\"", got)
 	}
 }
 

@@ -36,8 +36,12 @@ func runInstall(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// runExec is `berth-fence exec -- CMD [ARGS...]`.
+// runExec is `berth-fence exec [--once] -- CMD [ARGS...]`.
 func runExec(args []string, stderr io.Writer) int {
+	once := len(args) > 0 && args[0] == "--once"
+	if once {
+		args = args[1:]
+	}
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}
@@ -70,6 +74,7 @@ func runExec(args []string, stderr io.Writer) int {
 		Clock:     fence.BootClock{},
 		Signals:   signals,
 		Log:       log,
+		Once:      once,
 	}
 	return s.Run()
 }
