@@ -223,7 +223,7 @@ func (h *harness) start() {
 		Identity: h.identity, Confirmer: h.conf, Starter: h.starter,
 		Environ: []string{"PATH=/bin", "BERTH_FENCE_TOKEN_FILE=/var/run/token", "BERTH_LEASE_API_CA=pem", "BERTH_FENCING_TOKEN=1", "BERTH_LEASE_API_URL=https://leases"},
 		Clock:   h.clock, Signals: h.signals, Log: &Logger{w: h.log, now: time.Now},
-		Once:    h.once,
+		Once: h.once,
 	}
 	go func() { h.code <- s.Run() }()
 }
@@ -538,7 +538,9 @@ func TestOnce(t *testing.T) {
 			wantCode: 0, wantStarted: true, wantCalls: 1,
 		},
 		"another holder: never runs": {
-			answer:   func(int) (leaseapi.Confirmation, error, bool) { return leaseapi.Confirmation{Holder: "west", FencingToken: 8, TTLSeconds: 3}, nil, false },
+			answer: func(int) (leaseapi.Confirmation, error, bool) {
+				return leaseapi.Confirmation{Holder: "west", FencingToken: 8, TTLSeconds: 3}, nil, false
+			},
 			wantCode: ExitFenced, wantCalls: 1, wantLogMessage: `held by holder \"west\"`,
 		},
 		"lease API unreachable: never runs": {answer: unreachable, wantCode: ExitFenced, wantCalls: 1},
