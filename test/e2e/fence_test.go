@@ -2,15 +2,23 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi"
@@ -23,8 +31,9 @@ import (
 
 // TestPodFencing proves spec.podFencing Exec: the workload inside a holder's Pods stops
 // before any other cluster can run it, with the holder's agent frozen, with the holder's
-// node cut from the lease API, and with the holder's agent and control plane killed
-// together. kwok runs no containers, so a fencerun.Runner per cluster runs berth-fence for
+// node cut from the lease API, with the node partitioned and its Pods force-deleted after
+// a revocation, with the holder's agent and control plane killed together, and with the
+// TTL lowered under a running term before the holder's agent freezes. kwok runs no containers, so a fencerun.Runner per cluster runs berth-fence for
 // each bound Pod, as that cluster's kubelets would; the judge works on the times each
 // runner saw each workload process start and its berth-fence exit (an upper bound of the
 // workload's end), against the lease API's start of the next term (a lower bound of any
@@ -64,7 +73,19 @@ func TestPodFencing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs, err := kubernetes.NewForConfig(m.Cluster.RESTConfig())
+		// The node's own client to its control plane, which a test may cut (a
+		// partitioned node: its kubelet cannot report its Pods gone).
+		partitioned := &atomic.Bool{}
+		cfg := rest.CopyConfig(m.Cluster.RESTConfig())
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripper(func(r *http.Request) (*http.Response, error) {
+				if partitioned.Load() {
+					return nil, errors.New("the node is partitioned from its control plane")
+				}
+				return rt.RoundTrip(r)
+			})
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +96,7 @@ func TestPodFencing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ft.kubelets[m.Name] = &kubelet{Runner: r, proxy: proxy}
+		ft.kubelets[m.Name] = &kubelet{Runner: r, proxy: proxy, partitioned: partitioned}
 	}
 
 	first := ft.awaitWorkload(t, nil)
@@ -124,6 +145,59 @@ func TestPodFencing(t *testing.T) {
 		})
 	})
 
+	// The holder's node is partitioned from everything while its agent runs; an
+	// administrator revokes the term and force-deletes the Pods its kubelets cannot stop.
+	// The agent, seeing them gone, gives the term up, but the fences on the node still run
+	// the workload to their deadlines: the term must not pass before those (a fenced term
+	// is revoked, not freed, and ends at its expiry).
+	t.Run("node partitioned, term revoked, Pods force-deleted", func(t *testing.T) {
+		h, k := f.Member(first.Holder), ft.kubelets[first.Holder]
+		cut := time.Now()
+		k.partitioned.Store(true)
+		k.proxy.Cut()
+		thaw := freezeKubelets(t, h)
+		if err := f.LeaseAPI.Admin.Revoke(t.Context(), w.Namespace, w.Name, first.Holder, first.FencingToken); err != nil {
+			t.Fatalf("revoke: %v", err)
+		}
+		cs, err := kubernetes.NewForConfig(h.Cluster.RESTConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		managed := metav1.ListOptions{LabelSelector: berthv1alpha1.ManagedLeaseLabel}
+		poll.For(t, 20*time.Second, "the holder's bound Pods are Terminating", func() bool {
+			pods, err := cs.CoreV1().Pods(w.Namespace).List(t.Context(), managed)
+			if err != nil {
+				return false
+			}
+			terminating := 0
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp != nil && p.Spec.NodeName != "" {
+					terminating++
+				}
+			}
+			return terminating >= int(w.Replicas)
+		})
+		pods, err := cs.CoreV1().Pods(w.Namespace).List(t.Context(), managed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				if err := cs.CoreV1().Pods(w.Namespace).Delete(t.Context(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+					t.Fatal(err)
+				}
+			}
+		}
+		next := ft.awaitWorkload(t, &first)
+		ft.judgeHandover(t, "node partitioned, term revoked, Pods force-deleted", first, next, cut)
+		k.partitioned.Store(false)
+		k.proxy.Heal()
+		thaw()
+		poll.For(t, 30*time.Second, "the healed node's berth-fences are stopped", func() bool { return k.Running() == 0 })
+		first = next
+	})
+
+	var lostCluster string
 	t.Run("agent and control plane lost", func(t *testing.T) {
 		lost := f.Member(first.Holder)
 		killed := time.Now()
@@ -137,6 +211,40 @@ func TestPodFencing(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		if starts := childStartsAfter(ft.kubelets[first.Holder].Events(), killed); len(starts) > 0 {
 			t.Errorf("the lost cluster started its workload again: %v", starts)
+		}
+		lostCluster = first.Holder
+		first = next
+	})
+
+	// spec.ttlSeconds lowered under a running term: the fences were told the long term's
+	// end, so the lease API must not pull it in; then the holder's agent freezes.
+	t.Run("TTL lowered, then the agent frozen", func(t *testing.T) {
+		setTTL := func(seconds int32) {
+			for _, m := range f.Members {
+				if m.Name == lostCluster {
+					continue
+				}
+				bl := m.BerthLease(t.Context())
+				patch := ctrlclient.MergeFrom(bl.DeepCopy())
+				bl.Spec.TTLSeconds = seconds
+				if err := m.Client.Patch(t.Context(), &bl, patch); err != nil {
+					t.Fatalf("%s: patch ttlSeconds: %v", m.Name, err)
+				}
+			}
+			poll.For(t, 20*time.Second, fmt.Sprintf("the holder renews with TTL %d s", seconds), func() bool { return ft.lease(t).TTLSeconds == seconds })
+		}
+		setTTL(30)
+		time.Sleep(6 * time.Second) // every fence confirms the long term (every 5 s)
+		setTTL(w.TTLSeconds)
+		agent := f.Member(first.Holder).Agent
+		frozen := time.Now()
+		if err := agent.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		next := ft.awaitWorkload(t, &first)
+		ft.judgeHandover(t, "TTL lowered from 30 s, then the agent frozen", first, next, frozen)
+		if err := agent.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
 		}
 	})
 
@@ -152,8 +260,15 @@ func TestPodFencing(t *testing.T) {
 
 type kubelet struct {
 	*fencerun.Runner
-	proxy *localfleet.Proxy
+	// proxy carries the node's traffic to the lease API; partitioned cuts its
+	// traffic to its control plane.
+	proxy       *localfleet.Proxy
+	partitioned *atomic.Bool
 }
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 type fenceTest struct {
 	*localfleet.Fleet
