@@ -48,8 +48,9 @@ type Event struct {
 
 // newer reports whether lease record a comes after b in the history of
 // their key. Along that history the fencing token only grows, and within one
-// token a term goes from held to revoked to free (release or expiry) and
-// never back; so (token, phase) orders every state a key can be in. A record
+// token a term goes from held to revoked to moving (anywhere, then to a
+// named cluster) to free and reserved to free (release or expiry) and never
+// back; so (token, phase) orders every state a key can be in. A record
 // that is not newer than the last one logged is stale (two writes appended
 // in the other order than they landed) or the same state reported twice (a
 // local write that the store's feed reports again).
@@ -60,10 +61,19 @@ func newer(a, b store.Lease) bool {
 	return phase(a) > phase(b)
 }
 
-// phase places a record within its term: held, revoked, then free.
+// phase places a record within its term: held, revoked, moving to any
+// other cluster, moving to a named one, free and reserved, then free. A
+// move only ever narrows its destination (DecideMove), and a reservation
+// is only ever cleared, so each step goes one way.
 func phase(l store.Lease) int {
 	switch {
+	case l.Holder == "" && l.Reserved.IsZero():
+		return 5
 	case l.Holder == "":
+		return 4
+	case l.Moving && l.MoveTo != "":
+		return 3
+	case l.Moving:
 		return 2
 	case l.Revoked:
 		return 1
@@ -72,9 +82,11 @@ func phase(l store.Lease) int {
 }
 
 // changed reports whether a write from prev to next is a change that watches
-// see: a new holder, token or revocation. A renewal is not.
+// see: a new holder, token, revocation, move or reservation. A renewal is
+// not.
 func changed(prev, next store.Lease) bool {
-	return prev.Holder != next.Holder || prev.FencingToken != next.FencingToken || prev.Revoked != next.Revoked
+	return prev.Holder != next.Holder || prev.FencingToken != next.FencingToken || prev.Revoked != next.Revoked ||
+		prev.Moving != next.Moving || prev.MoveTo != next.MoveTo || prev.Reserved != next.Reserved
 }
 
 // startOf decides where a watch that gives revision starts in a log of epoch

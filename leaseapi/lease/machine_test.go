@@ -78,6 +78,11 @@ func freed(cur store.Lease) store.Lease {
 	return cur
 }
 
+// endedTerm is cur's term as history records it, ended at at.
+func endedTerm(cur store.Lease, ending store.Ending, at time.Time) *store.Term {
+	return &store.Term{Holder: cur.Holder, FencingToken: cur.FencingToken, AcquiredAt: cur.AcquiredAt, EndedAt: at, Ending: ending}
+}
+
 // revoked is cur with its term revoked.
 func revoked(cur store.Lease) store.Lease {
 	cur.Revoked = true
@@ -117,7 +122,7 @@ func TestDecideAcquire(t *testing.T) {
 		},
 		"held by self, expired exactly at the boundary: new term": {
 			cur: heldBy("a", t0), holder: "a", ttl: ttl, now: t0,
-			want:     Decision{Next: newTerm(heldBy("a", t0), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			want:     Decision{Next: newTerm(heldBy("a", t0), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired, Ended: endedTerm(heldBy("a", t0), store.EndExpired, t0)},
 			wantHeld: true,
 		},
 		"held by other: left alone": {
@@ -130,12 +135,12 @@ func TestDecideAcquire(t *testing.T) {
 		},
 		"held by other, expired exactly at the boundary: taken with next token": {
 			cur: heldBy("b", t0), holder: "a", ttl: ttl, now: t0,
-			want:     Decision{Next: newTerm(heldBy("b", t0), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			want:     Decision{Next: newTerm(heldBy("b", t0), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired, Ended: endedTerm(heldBy("b", t0), store.EndExpired, t0)},
 			wantHeld: true,
 		},
 		"held by other, long expired and not swept: taken": {
 			cur: heldBy("b", t0.Add(-time.Hour)), holder: "a", ttl: ttl, now: t0,
-			want:     Decision{Next: newTerm(heldBy("b", t0.Add(-time.Hour)), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			want:     Decision{Next: newTerm(heldBy("b", t0.Add(-time.Hour)), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired, Ended: endedTerm(heldBy("b", t0.Add(-time.Hour)), store.EndExpired, t0.Add(-time.Hour))},
 			wantHeld: true,
 		},
 		"holder that only shares a prefix is another holder": {
@@ -172,12 +177,12 @@ func TestDecideAcquire(t *testing.T) {
 		},
 		"revoked, ended and not swept: a new term without the mark": {
 			cur: revoked(heldBy("b", t0)), holder: "a", ttl: ttl, now: t0,
-			want:     Decision{Next: newTerm(heldBy("b", t0), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			want:     Decision{Next: newTerm(heldBy("b", t0), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired, Ended: endedTerm(heldBy("b", t0), store.EndRevoked, t0)},
 			wantHeld: true,
 		},
 		"revoked, ended: its old holder begins a new term": {
 			cur: revoked(heldBy("a", t0)), holder: "a", ttl: ttl, now: t0,
-			want:     Decision{Next: newTerm(heldBy("a", t0), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+			want:     Decision{Next: newTerm(heldBy("a", t0), "a", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired, Ended: endedTerm(heldBy("a", t0), store.EndRevoked, t0)},
 			wantHeld: true,
 		},
 		"held by other at the ceiling: held by other, not exhausted": {
@@ -308,19 +313,19 @@ func TestDecideRelease(t *testing.T) {
 		},
 		"own live term: freed, token kept": {
 			cur: heldBy("a", live), holder: "a", token: 3,
-			want: Decision{Next: freed(heldBy("a", live)), Write: true, Outcome: OutcomeReleased},
+			want: Decision{Next: freed(heldBy("a", live)), Write: true, Outcome: OutcomeReleased, Ended: endedTerm(heldBy("a", live), store.EndReleased, t0)},
 		},
 		"own term expired but not swept: freed": {
 			cur: heldBy("a", t0.Add(-time.Hour)), holder: "a", token: 3,
-			want: Decision{Next: freed(heldBy("a", t0.Add(-time.Hour))), Write: true, Outcome: OutcomeReleased},
+			want: Decision{Next: freed(heldBy("a", t0.Add(-time.Hour))), Write: true, Outcome: OutcomeReleased, Ended: endedTerm(heldBy("a", t0.Add(-time.Hour)), store.EndExpired, t0.Add(-time.Hour))},
 		},
 		"own term at the ceiling: freed, token kept": {
 			cur: withToken(heldBy("a", live), math.MaxInt32), holder: "a", token: math.MaxInt32,
-			want: Decision{Next: freed(withToken(heldBy("a", live), math.MaxInt32)), Write: true, Outcome: OutcomeReleased},
+			want: Decision{Next: freed(withToken(heldBy("a", live), math.MaxInt32)), Write: true, Outcome: OutcomeReleased, Ended: endedTerm(withToken(heldBy("a", live), math.MaxInt32), store.EndReleased, t0)},
 		},
 		"own revoked term: freed (the handover), mark cleared": {
 			cur: revoked(heldBy("a", live)), holder: "a", token: 3,
-			want: Decision{Next: freed(heldBy("a", live)), Write: true, Outcome: OutcomeReleased},
+			want: Decision{Next: freed(heldBy("a", live)), Write: true, Outcome: OutcomeReleased, Ended: endedTerm(heldBy("a", live), store.EndRevoked, t0)},
 		},
 		"revoked term of another: not holder": {
 			cur: revoked(heldBy("b", live)), holder: "a", token: 3,
@@ -390,11 +395,11 @@ func TestDecideRevoke(t *testing.T) {
 		},
 		"ended exactly now, not swept: freed like a release": {
 			cur: heldBy("a", t0), holder: "a", token: 3,
-			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeReleased},
+			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeReleased, Ended: endedTerm(heldBy("a", t0), store.EndExpired, t0)},
 		},
 		"revoked and ended, not swept: freed, mark cleared": {
 			cur: revoked(heldBy("a", t0)), holder: "a", token: 3,
-			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeReleased},
+			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeReleased, Ended: endedTerm(heldBy("a", t0), store.EndRevoked, t0)},
 		},
 		"never seen: released without a write": {
 			cur: neverSeen(), holder: "a", token: 1,
@@ -431,6 +436,184 @@ func TestDecideRevoke(t *testing.T) {
 	}
 }
 
+// moving is cur's term moved to to (empty: anywhere): revoked and marked.
+func moving(cur store.Lease, to string) store.Lease {
+	cur.Revoked = true
+	cur.Moving = true
+	cur.MoveTo = to
+	return cur
+}
+
+// reservedFor is cur freed, with a reservation for cluster to (or, with
+// to empty, for any cluster but except's) until until.
+func reservedFor(cur store.Lease, to, except string, until time.Time) store.Lease {
+	cur = freed(cur)
+	cur.Moving, cur.MoveTo = false, ""
+	cur.Reserved = store.Reservation{For: to, Except: except, Until: until}
+	return cur
+}
+
+func TestDecideMove(t *testing.T) {
+	live := t0.Add(5 * time.Second)
+	cases := map[string]struct {
+		cur     store.Lease
+		holder  string
+		token   int32
+		to      string
+		want    Decision
+		wantErr error
+	}{
+		"live term to a cluster: revoked and moving, holder, token and expiry kept": {
+			cur: heldBy("a", live), holder: "a", token: 3, to: "b",
+			want: Decision{Next: moving(heldBy("a", live), "b"), Write: true, Outcome: OutcomeMoved},
+		},
+		"live term anywhere: revoked and moving": {
+			cur: heldBy("a/x", live), holder: "a/x", token: 3,
+			want: Decision{Next: moving(heldBy("a/x", live), ""), Write: true, Outcome: OutcomeMoved},
+		},
+		"revoked term: moving too": {
+			cur: revoked(heldBy("a", live)), holder: "a", token: 3, to: "b",
+			want: Decision{Next: moving(heldBy("a", live), "b"), Write: true, Outcome: OutcomeMoved},
+		},
+		"moving to the same cluster: no write": {
+			cur: moving(heldBy("a", live), "b"), holder: "a", token: 3, to: "b",
+			want: Decision{Next: moving(heldBy("a", live), "b"), Outcome: OutcomeMoved},
+		},
+		"moving to a cluster, moved anywhere: no write, destination kept": {
+			cur: moving(heldBy("a", live), "b"), holder: "a", token: 3,
+			want: Decision{Next: moving(heldBy("a", live), "b"), Outcome: OutcomeMoved},
+		},
+		"moving anywhere, moved to a cluster: narrowed": {
+			cur: moving(heldBy("a", live), ""), holder: "a", token: 3, to: "b",
+			want: Decision{Next: moving(heldBy("a", live), "b"), Write: true, Outcome: OutcomeMoved},
+		},
+		"moving to one cluster, moved to another: refused": {
+			cur: moving(heldBy("a", live), "b"), holder: "a", token: 3, to: "c",
+			want:    Decision{Next: moving(heldBy("a", live), "b"), Outcome: OutcomeConflict},
+			wantErr: ErrMoving,
+		},
+		"to the holder's own cluster: refused": {
+			cur: heldBy("a/x", live), holder: "a/x", token: 3, to: "a",
+			want:    Decision{Next: heldBy("a/x", live), Outcome: OutcomeConflict},
+			wantErr: ErrMoveTarget,
+		},
+		"another holder: not holder": {
+			cur: heldBy("b", live), holder: "a", token: 3, to: "c",
+			want:    Decision{Next: heldBy("b", live), Outcome: OutcomeConflict},
+			wantErr: ErrNotHolder,
+		},
+		"an older token: not holder": {
+			cur: heldBy("a", live), holder: "a", token: 2, to: "b",
+			want:    Decision{Next: heldBy("a", live), Outcome: OutcomeConflict},
+			wantErr: ErrNotHolder,
+		},
+		"free lease: nothing to move, no write": {
+			cur: released(), holder: "a", token: 3, to: "b",
+			want: Decision{Next: released(), Outcome: OutcomeReleased},
+		},
+		"own term ended, not swept: freed as a revocation frees it, no move recorded": {
+			cur: heldBy("a", t0), holder: "a", token: 3, to: "b",
+			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeReleased, Ended: endedTerm(heldBy("a", t0), store.EndExpired, t0)},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := DecideMove(tc.cur, tc.holder, tc.token, tc.to, t0)
+			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
+				t.Fatalf("error = %v, want %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestMovedTermEnds: how each way a moved term ends leaves the lease
+// reserved, and what the reservation lets acquire do.
+func TestMovedTermEnds(t *testing.T) {
+	live := t0.Add(5 * time.Second)
+	toB := moving(heldBy("a", live), "b")
+	anywhere := moving(heldBy("a", live), "")
+	short := moving(heldBy("a", live), "b")
+	short.TTL = time.Second
+	cases := map[string]struct {
+		decide func() (Decision, error)
+		want   Decision
+	}{
+		"released by its holder: reserved for the destination one TTL from now": {
+			decide: func() (Decision, error) { return DecideRelease(toB, "a", 3, t0) },
+			want:   Decision{Next: reservedFor(toB, "b", "", t0.Add(ttl)), Write: true, Outcome: OutcomeReleased, Ended: endedTerm(toB, store.EndMoved, t0)},
+		},
+		"released, moved anywhere: reserved for every cluster but the holder's": {
+			decide: func() (Decision, error) { return DecideRelease(anywhere, "a", 3, t0) },
+			want:   Decision{Next: reservedFor(anywhere, "", "a", t0.Add(ttl)), Write: true, Outcome: OutcomeReleased, Ended: endedTerm(anywhere, store.EndMoved, t0)},
+		},
+		"released with a TTL under the floor: reserved for MinReservation": {
+			decide: func() (Decision, error) { return DecideRelease(short, "a", 3, t0) },
+			want:   Decision{Next: reservedFor(short, "b", "", t0.Add(MinReservation)), Write: true, Outcome: OutcomeReleased, Ended: endedTerm(short, store.EndMoved, t0)},
+		},
+		"revoked by its holder (a fenced handover): still live, still moving": {
+			decide: func() (Decision, error) { return DecideRevoke(toB, "a", 3, t0) },
+			want:   Decision{Next: toB, Outcome: OutcomeRevoked},
+		},
+		"expired and swept: reserved one TTL from its expiry": {
+			decide: func() (Decision, error) { return DecideExpire(toB, live), nil },
+			want:   Decision{Next: reservedFor(toB, "b", "", live.Add(ttl)), Write: true, Outcome: OutcomeExpired, Ended: endedTerm(toB, store.EndMoved, live)},
+		},
+		"swept after the reservation would have run out: freed without one": {
+			decide: func() (Decision, error) { return DecideExpire(toB, live.Add(ttl)), nil },
+			want:   Decision{Next: reservedFor(toB, "", "", time.Time{}), Write: true, Outcome: OutcomeExpired, Ended: endedTerm(toB, store.EndMoved, live)},
+		},
+		"the destination acquires over the expired, unswept term: granted": {
+			decide: func() (Decision, error) { return DecideAcquire(toB, "b", ttl, live) },
+			want: Decision{Next: newTerm(reservedFor(toB, "", "", time.Time{}), "b", 4, ttl, live), Write: true, Outcome: OutcomeAcquired,
+				Ended: endedTerm(toB, store.EndMoved, live)},
+		},
+		"another cluster acquires over the expired, unswept term: refused, reservation shown": {
+			decide: func() (Decision, error) { return DecideAcquire(toB, "c", ttl, live) },
+			want:   Decision{Next: reservedFor(toB, "b", "", live.Add(ttl)), Outcome: OutcomeHeldByOther},
+		},
+		"the old holder acquires while reserved for others: refused": {
+			decide: func() (Decision, error) {
+				return DecideAcquire(reservedFor(anywhere, "", "a", live), "a/x", ttl, t0)
+			},
+			want: Decision{Next: reservedFor(anywhere, "", "a", live), Outcome: OutcomeHeldByOther},
+		},
+		"another cluster acquires while reserved for any but the holder's: granted, reservation cleared": {
+			decide: func() (Decision, error) {
+				return DecideAcquire(reservedFor(anywhere, "", "a", live), "b", ttl, t0)
+			},
+			want: Decision{Next: newTerm(reservedFor(anywhere, "", "", time.Time{}), "b", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+		},
+		"anyone acquires once the reservation ran out: granted": {
+			decide: func() (Decision, error) {
+				return DecideAcquire(reservedFor(toB, "b", "", t0), "c", ttl, t0)
+			},
+			want: Decision{Next: newTerm(reservedFor(toB, "", "", time.Time{}), "c", 4, ttl, t0), Write: true, Outcome: OutcomeAcquired},
+		},
+		"the sweep clears a reservation that ran out": {
+			decide: func() (Decision, error) { return DecideExpire(reservedFor(toB, "b", "", t0), t0), nil },
+			want:   Decision{Next: reservedFor(toB, "", "", time.Time{}), Write: true, Outcome: OutcomeUnreserved},
+		},
+		"the sweep leaves a reservation that lasts": {
+			decide: func() (Decision, error) { return DecideExpire(reservedFor(toB, "b", "", live), t0), nil },
+			want:   Decision{Next: reservedFor(toB, "b", "", live)},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := tc.decide()
+			if err != nil {
+				t.Fatalf("error = %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestDecideExpire(t *testing.T) {
 	cases := map[string]struct {
 		cur  store.Lease
@@ -454,11 +637,11 @@ func TestDecideExpire(t *testing.T) {
 		},
 		"expired exactly at the boundary: freed, token kept": {
 			cur:  heldBy("a", t0),
-			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeExpired},
+			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeExpired, Ended: endedTerm(heldBy("a", t0), store.EndExpired, t0)},
 		},
 		"long expired: freed": {
 			cur:  heldBy("a", t0.Add(-time.Hour)),
-			want: Decision{Next: freed(heldBy("a", t0.Add(-time.Hour))), Write: true, Outcome: OutcomeExpired},
+			want: Decision{Next: freed(heldBy("a", t0.Add(-time.Hour))), Write: true, Outcome: OutcomeExpired, Ended: endedTerm(heldBy("a", t0.Add(-time.Hour)), store.EndExpired, t0.Add(-time.Hour))},
 		},
 		"revoked and live: left alone until it ends": {
 			cur:  revoked(heldBy("a", t0.Add(time.Nanosecond))),
@@ -466,11 +649,11 @@ func TestDecideExpire(t *testing.T) {
 		},
 		"revoked and ended: freed, mark cleared": {
 			cur:  revoked(heldBy("a", t0)),
-			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeExpired},
+			want: Decision{Next: freed(heldBy("a", t0)), Write: true, Outcome: OutcomeExpired, Ended: endedTerm(heldBy("a", t0), store.EndRevoked, t0)},
 		},
 		"expired at the ceiling: freed, token kept": {
 			cur:  withToken(heldBy("a", t0), math.MaxInt32),
-			want: Decision{Next: freed(withToken(heldBy("a", t0), math.MaxInt32)), Write: true, Outcome: OutcomeExpired},
+			want: Decision{Next: freed(withToken(heldBy("a", t0), math.MaxInt32)), Write: true, Outcome: OutcomeExpired, Ended: endedTerm(withToken(heldBy("a", t0), math.MaxInt32), store.EndExpired, t0)},
 		},
 	}
 	for name, tc := range cases {
@@ -537,9 +720,26 @@ func TestDecideGrace(t *testing.T) {
 	}
 }
 
+// reservationOf is the reservation the model expects term cur to leave when
+// it ends at endedAt: none unless it is the term last moved (movedToken, to
+// movedTo).
+func reservationOf(cur store.Lease, movedToken int32, movedTo string, endedAt time.Time) store.Reservation {
+	if cur.Holder == "" || cur.FencingToken != movedToken {
+		return store.Reservation{}
+	}
+	r := store.Reservation{Until: endedAt.Add(max(cur.TTL, MinReservation))}
+	if movedTo != "" {
+		r.For = movedTo
+	} else {
+		r.Except = ClusterOf(cur.Holder)
+	}
+	return r
+}
+
 // FuzzMachine drives one lease record through a fuzzed sequence of acquire,
-// renew, release, revocation, expiry sweeps and restart graces by three
-// holders (a revocation names one of them as an administrator would), on a
+// renew, release, revocation, move, expiry sweeps and restart graces by
+// three holders of two clusters (a revocation or move names one of them as
+// an administrator would; a move names no destination or either cluster), on a
 // clock that moves in half-second steps against whole-second TTLs (so terms
 // end exactly at the instant of an operation), and checks after every step the
 // invariants the wire contract promises.
@@ -554,6 +754,11 @@ func FuzzMachine(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 6, 0x1f, 11, 0x3c, 2, 0x40, 7, 0x80, 14, 0x1c})
 	// a's term revoked, its renew and acquire refused, b refused until a releases.
 	f.Add([]byte{0, 0, 0, 5, 0x20, 1, 0, 0, 4, 6, 4, 4, 0, 2, 0, 6, 0})
+	// a's term moved to b, c... b refused until a releases; a's release reserves for b;
+	// a refused, b granted.
+	f.Add([]byte{0, 0, 0, 6, 0x60, 7, 0, 2, 0, 0, 0, 7, 0})
+	// a moved anywhere, expires; the reservation shuts a out for a TTL, the sweep clears it.
+	f.Add([]byte{0, 0, 1, 6, 0x20, 3, 0x1c, 0, 0x04, 3, 0x1c, 0, 0x1c, 3, 0x1c, 0, 0})
 	f.Fuzz(func(t *testing.T, program []byte) {
 		if len(program) == 0 {
 			return
@@ -566,11 +771,21 @@ func FuzzMachine(f *testing.F) {
 		// revokedToken is the token of the last term the model saw revoked,
 		// kept apart from the record's own mark.
 		var revokedToken int32
+		// movedToken and movedTo: the last term the model saw moved, and
+		// where; reserved: the reservation the model expects its end to
+		// leave, kept apart from the record's.
+		var (
+			movedToken int32
+			movedTo    string
+			reserved   store.Reservation
+		)
+		destinations := []string{"", "a", "b"}
 		now := t0
 		for i := 1; i+1 < len(program); i += 2 {
 			opByte, arg := program[i], program[i+1]
-			op := opByte % 6
-			holder := holders[int(opByte/6)%len(holders)]
+			op := opByte % 7
+			holder := holders[int(opByte/7)%len(holders)]
+			to := destinations[int(arg>>5)/3%len(destinations)]
 			opTTL := time.Duration(1+arg&3) * time.Second
 			now = now.Add(time.Duration((arg>>2)&7) * 500 * time.Millisecond)
 			var token int32
@@ -607,6 +822,9 @@ func FuzzMachine(f *testing.F) {
 			case 5:
 				name = "revoke"
 				d, err = DecideRevoke(cur, holder, token, now)
+			case 6:
+				name = "move to " + to
+				d, err = DecideMove(cur, holder, token, to, now)
 			}
 			step := func(format string, args ...any) {
 				t.Helper()
@@ -702,8 +920,89 @@ func FuzzMachine(f *testing.F) {
 			if next.Revoked && (next.Holder == "" || d.Outcome == OutcomeAcquired) {
 				step("the mark outlived its term")
 			}
-			if next.Revoked && !cur.Revoked && op != 5 {
-				step("only a revocation marks a term")
+			if next.Revoked && !cur.Revoked && op != 5 && op != 6 {
+				step("only a revocation or a move marks a term")
+			}
+
+			// Moves: a live term is revoked and marked moving, never freed,
+			// passed on or changed in length; only the live term of the
+			// caller's holder and token moves; a term keeps its first named
+			// destination; the mark never outlives its term.
+			if op == 6 && cur.Held(now) && (next.Holder != cur.Holder || next.FencingToken != cur.FencingToken || !next.ExpiresAt.Equal(cur.ExpiresAt)) {
+				step("move passed on, freed or changed the expiry of a live term")
+			}
+			own := cur.Held(now) && cur.Holder == holder && cur.FencingToken == token
+			if op == 6 && err == nil && cur.Held(now) && !own {
+				step("move of another term succeeded")
+			}
+			if op == 6 && err != nil && !errors.Is(err, ErrNotHolder) && !errors.Is(err, ErrMoving) && !errors.Is(err, ErrMoveTarget) {
+				step("move failed with %v", err)
+			}
+			if op == 6 && err == nil && own && (!next.Revoked || !next.Moving) {
+				step("move left the live term unrevoked or not moving")
+			}
+			if op == 6 && own && to != "" && to == ClusterOf(holder) && err == nil {
+				step("a term moved to its own cluster")
+			}
+			if cur.Moving && cur.MoveTo != "" && next.FencingToken == cur.FencingToken && next.Holder != "" && next.MoveTo != cur.MoveTo {
+				step("a moving term's destination changed from %q to %q", cur.MoveTo, next.MoveTo)
+			}
+			if next.Moving && !cur.Moving && op != 6 {
+				step("only a move marks a term moving")
+			}
+			if (next.Moving || next.MoveTo != "") && (next.Holder == "" || d.Outcome == OutcomeAcquired) {
+				step("the move mark outlived its term")
+			}
+			if next.Moving && !next.Revoked {
+				step("a moving term is not revoked")
+			}
+
+			// Reservations: left only by the end of a moved term, for one
+			// TTL (at least MinReservation) from that end, on a free lease;
+			// while one lasts, only a holder it admits is granted the lease.
+			if !next.Reserved.IsZero() && next.Holder != "" {
+				step("a reservation on a held lease")
+			}
+			// The moved term left it, or leaves it when the sweep writes
+			// down its expiry.
+			effective := reserved
+			if cur.Holder != "" && !cur.Held(now) {
+				effective = reservationOf(cur, movedToken, movedTo, cur.ExpiresAt)
+			}
+			if d.Outcome == OutcomeAcquired && now.Before(effective.Until) {
+				c := ClusterOf(holder)
+				if (effective.For != "" && c != effective.For) || (effective.Except != "" && c == effective.Except) {
+					step("granted to %q against reservation %+v", holder, effective)
+				}
+			}
+			if d.Outcome == OutcomeHeldByOther && !cur.Held(now) && !now.Before(effective.Until) {
+				step("refused with no live reservation")
+			}
+			if d.Write && next.Holder == "" && now.Before(effective.Until) && next.Reserved != effective {
+				step("reservation %+v, want %+v", next.Reserved, effective)
+			}
+
+			// History: a write that ends a term says how, once.
+			endsTerm := d.Write && cur.Holder != "" && (next.Holder == "" || next.FencingToken != cur.FencingToken)
+			switch {
+			case endsTerm && d.Ended == nil:
+				step("a term ended with nothing for its history")
+			case !endsTerm && d.Ended != nil:
+				step("history recorded a term that did not end")
+			case endsTerm:
+				want := store.Term{Holder: cur.Holder, FencingToken: cur.FencingToken, AcquiredAt: cur.AcquiredAt, EndedAt: now, Ending: store.EndReleased}
+				if !cur.Held(now) {
+					want.EndedAt, want.Ending = cur.ExpiresAt, store.EndExpired
+				}
+				switch {
+				case cur.FencingToken == movedToken:
+					want.Ending = store.EndMoved
+				case cur.FencingToken == revokedToken:
+					want.Ending = store.EndRevoked
+				}
+				if diff := cmp.Diff(want, *d.Ended); diff != "" {
+					step("ended term (-want +got):\n%s", diff)
+				}
 			}
 
 			// A caller told it holds the lease really holds it, for ttl from now
@@ -751,8 +1050,17 @@ func FuzzMachine(f *testing.F) {
 			if d.Held() {
 				remembered[holder] = next.FencingToken
 			}
-			if d.Outcome == OutcomeRevoked {
+			if d.Outcome == OutcomeRevoked || (d.Outcome == OutcomeMoved && next.Holder != "") {
 				revokedToken = next.FencingToken
+			}
+			if d.Outcome == OutcomeMoved && next.Moving {
+				movedToken, movedTo = next.FencingToken, next.MoveTo
+			}
+			if endsTerm {
+				reserved = reservationOf(cur, movedToken, movedTo, d.Ended.EndedAt)
+			}
+			if d.Outcome == OutcomeAcquired {
+				reserved = store.Reservation{}
 			}
 			if d.Write {
 				next.Version++ // as a store would

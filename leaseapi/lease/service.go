@@ -33,8 +33,11 @@ type Service struct {
 	clock      clock.PassiveClock
 	storeClock store.Clock
 	clusterTTL time.Duration
-	changes    changes
-	changeLog  *changeLog
+	// historyTerms is how many ended terms of each lease are kept; zero
+	// records none.
+	historyTerms int
+	changes      changes
+	changeLog    *changeLog
 }
 
 // Options configures a Service.
@@ -50,7 +53,14 @@ type Options struct {
 	// ChangeLogSize is how many recent changes watches can resume across;
 	// it defaults to DefaultChangeLogSize.
 	ChangeLogSize int
+	// HistoryTerms is how many ended terms of each lease the store keeps
+	// (store.TermStore): DefaultHistoryTerms when zero, none when negative.
+	HistoryTerms int
 }
+
+// DefaultHistoryTerms is how many ended terms of each lease are kept unless
+// configured otherwise.
+const DefaultHistoryTerms = 20
 
 // NewService returns a Service on s.
 func NewService(s store.Store, opts Options) *Service {
@@ -60,9 +70,15 @@ func NewService(s store.Store, opts Options) *Service {
 	if opts.ClusterTTL <= 0 {
 		opts.ClusterTTL = DefaultClusterTTL
 	}
+	switch {
+	case opts.HistoryTerms == 0:
+		opts.HistoryTerms = DefaultHistoryTerms
+	case opts.HistoryTerms < 0:
+		opts.HistoryTerms = 0
+	}
 	return &Service{
 		store: s, clock: opts.Clock, storeClock: opts.StoreClock, clusterTTL: opts.ClusterTTL,
-		changeLog: newChangeLog(opts.ChangeLogSize),
+		historyTerms: opts.HistoryTerms, changeLog: newChangeLog(opts.ChangeLogSize),
 	}
 }
 
@@ -161,6 +177,90 @@ func (s *Service) Revoke(ctx context.Context, key leaseapi.Key, holder string, t
 	return s.updateLease(ctx, key, func(cur store.Lease) (Decision, error) {
 		return DecideRevoke(cur, holder, token, now)
 	})
+}
+
+// Move moves holder's term with token to cluster to (empty: any cluster
+// but the holder's), as DecideMove decides it. A named destination must be
+// registered and not cordoned when the move is recorded (ErrMoveTarget):
+// a reservation for a cluster that cannot take the lease would only hold
+// the others back.
+func (s *Service) Move(ctx context.Context, key leaseapi.Key, holder string, token int32, to string) (Decision, error) {
+	at, err := s.now(ctx)
+	if err != nil {
+		return Decision{}, err
+	}
+	now := at.earliest
+	return s.updateLease(ctx, key, func(cur store.Lease) (Decision, error) {
+		d, err := DecideMove(cur, holder, token, to, now)
+		if err != nil || !d.Write || d.Outcome != OutcomeMoved || to == "" {
+			return d, err
+		}
+		if err := s.checkMoveTarget(ctx, to); err != nil {
+			return Decision{Next: cur, Outcome: OutcomeConflict}, err
+		}
+		return d, nil
+	})
+}
+
+func (s *Service) checkMoveTarget(ctx context.Context, id string) error {
+	c, err := s.store.GetCluster(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("%w: cluster %s is not registered", ErrMoveTarget, id)
+	case err != nil:
+		return fmt.Errorf("get cluster %s: %w", id, err)
+	case c.Cordoned:
+		return fmt.Errorf("%w: cluster %s is cordoned", ErrMoveTarget, id)
+	}
+	return nil
+}
+
+// HistoryEntry is one term of a lease's history: an ended term, or the
+// live one (Live, with EndedAt zero and no Ending).
+type HistoryEntry struct {
+	store.Term
+	Live bool
+}
+
+// History returns the terms of a lease, newest first, at most limit: the
+// live term, if any, then the ended terms the store keeps. A term that
+// expired but was not swept yet shows as ended, as Get shows it. A lease
+// never seen is store.ErrNotFound.
+func (s *Service) History(ctx context.Context, key leaseapi.Key, limit int) ([]HistoryEntry, error) {
+	raw, err := s.store.GetLease(ctx, key.Namespace, key.Name)
+	if err != nil {
+		return nil, fmt.Errorf("get lease %s: %w", key, err)
+	}
+	at, err := s.now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []HistoryEntry
+	switch now := at.earliest; {
+	case raw.Held(now):
+		out = append(out, HistoryEntry{Term: store.Term{Holder: raw.Holder, FencingToken: raw.FencingToken, AcquiredAt: raw.AcquiredAt}, Live: true})
+	case raw.Holder != "":
+		_, ended := end(raw, now)
+		out = append(out, HistoryEntry{Term: *ended})
+	}
+	var kept []store.Term
+	if ts, ok := s.store.(store.TermStore); ok {
+		if kept, err = ts.ListTerms(ctx, key.Namespace, key.Name, limit); err != nil {
+			return nil, fmt.Errorf("list terms of lease %s: %w", key, err)
+		}
+	}
+	// The lease was read first: a term that ended since is in kept as
+	// well, and kept has the truth about it.
+	if len(out) > 0 && len(kept) > 0 && kept[0].FencingToken == out[0].FencingToken {
+		out = out[:0]
+	}
+	for _, t := range kept {
+		out = append(out, HistoryEntry{Term: t})
+	}
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
 }
 
 // Get returns the lease as callers should see it: an expired term shows no
@@ -272,7 +372,9 @@ func (s *Service) expireBatch(ctx context.Context, batch store.LeaseBatchStore, 
 	}
 	writes := make([]store.Lease, len(listed))
 	for i, l := range listed {
-		writes[i] = decide(l).Next
+		d := decide(l)
+		writes[i] = d.Next
+		writes[i].Ended = s.record(d)
 	}
 	written, errs, err := batch.PutLeases(ctx, writes)
 	if err != nil {
@@ -283,7 +385,10 @@ func (s *Service) expireBatch(ctx context.Context, batch store.LeaseBatchStore, 
 		key := leaseapi.Key{Namespace: l.Namespace, Name: l.Name}
 		switch {
 		case errs[i] == nil:
-			freed++
+			if decide(l).Outcome == OutcomeExpired {
+				freed++ // not a reservation that ran out
+			}
+			written[i].Ended = nil
 			s.changes.notify(key)
 			if changed(l, written[i]) {
 				s.changeLog.add(written[i])
@@ -301,6 +406,15 @@ func (s *Service) expireBatch(ctx context.Context, batch store.LeaseBatchStore, 
 		}
 	}
 	return freed, nil
+}
+
+// record is the ended term a decision's write records with it: none when
+// the write ends no term or the history keeps none.
+func (s *Service) record(d Decision) *store.EndedTerm {
+	if d.Ended == nil || s.historyTerms == 0 {
+		return nil
+	}
+	return &store.EndedTerm{Term: *d.Ended, Keep: s.historyTerms}
 }
 
 // GrantGrace gives every current holder one full TTL from now to renew. Call
@@ -377,8 +491,10 @@ func (s *Service) updateLease(ctx context.Context, key leaseapi.Key, decide func
 			return d.Next, d.Write, err
 		},
 		func(ctx context.Context, next store.Lease) error {
+			next.Ended = s.record(d)
 			var err error
 			d.Next, err = s.store.PutLease(ctx, next)
+			d.Next.Ended = nil
 			return err
 		})
 	if err != nil {

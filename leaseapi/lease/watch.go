@@ -100,31 +100,37 @@ func (s *Service) FollowFeed(ctx context.Context, feed store.LeaseFeed, onBreak 
 // WaitForChange returns the lease as Get shows it as soon as its holder or
 // token differ from the ones given, waiting up to wait (at most MaxWait) for
 // that: a release, an expiry or a new term. A waiting cluster uses it to take
-// over a released lease at once instead of at its next poll. A key never
-// seen answers store.ErrNotFound once the wait ends.
+// over a released lease at once instead of at its next poll. A lease that is
+// free but reserved when the wait begins is also answered when that
+// reservation ends, since a cluster it held back may then take it. A key
+// never seen answers store.ErrNotFound once the wait ends.
 func (s *Service) WaitForChange(ctx context.Context, key leaseapi.Key, holder string, token int32, wait time.Duration) (store.Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, min(wait, MaxWait))
 	defer cancel()
-	for {
+	var reserved store.Reservation // as the wait began
+	for first := true; ; first = false {
 		changed := s.changes.next(key)
 		l, err := s.Get(ctx, key)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return store.Lease{}, err
 		}
 		found := err == nil
-		if found && (l.Holder != holder || l.FencingToken != token) {
+		if first {
+			reserved = l.Reserved
+		}
+		if found && (l.Holder != holder || l.FencingToken != token || l.Reserved != reserved) {
 			return l, nil
 		}
-		// Nothing changed yet: sleep until a write, the holder's expiry, or
-		// the end of the wait.
+		// Nothing changed yet: sleep until a write, the holder's expiry, the
+		// reservation's end, or the end of the wait.
 		var expiry <-chan time.Time
 		var timer *time.Timer
-		if found && l.Holder != "" {
+		if until := wakeAt(l); found && !until.IsZero() {
 			at, err := s.now(ctx)
 			if err != nil {
 				return store.Lease{}, err
 			}
-			timer = time.NewTimer(l.ExpiresAt.Sub(at.earliest) + time.Millisecond)
+			timer = time.NewTimer(until.Sub(at.earliest) + time.Millisecond)
 			expiry = timer.C
 		}
 		select {
@@ -142,6 +148,15 @@ func (s *Service) WaitForChange(ctx context.Context, key leaseapi.Key, holder st
 			return l, nil
 		}
 	}
+}
+
+// wakeAt is when a lease as Get shows it changes with no write: its
+// holder's expiry, or the end of its reservation; zero if never.
+func wakeAt(l store.Lease) time.Time {
+	if l.Holder != "" {
+		return l.ExpiresAt
+	}
+	return l.Reserved.Until
 }
 
 // maxFedKeys bounds the keys a feed has reported and this server has not

@@ -34,6 +34,24 @@ type Lease struct {
 	// The term keeps its holder and token until the holder releases it or
 	// it ends, but it is never extended; a new term begins unrevoked.
 	Revoked bool
+	// Moving: the term is being moved (a move revokes it, so Revoked is set
+	// too). MoveTo is the cluster the lease goes to next, empty for any
+	// cluster but the holder's. Both belong to the term: they are cleared
+	// when it ends, when its end leaves a Reservation instead.
+	Moving bool
+	MoveTo string
+	// Reserved withholds the next grant of a free lease after a moved term
+	// ended; the zero value reserves nothing.
+	Reserved Reservation
+	// Terms are the ended terms of a store that keeps them inside the lease
+	// record itself (the Kubernetes store), newest first. The lease service
+	// carries them along unchanged, so that a write does not drop them;
+	// stores that keep terms apart (TermStore in a table) leave it nil.
+	Terms []Term
+	// Ended, on a write, is the term the write ends, for a store that keeps
+	// terms (TermStore) to record in the same transaction as the write, and
+	// only if the write lands. Stores never return it set.
+	Ended *EndedTerm
 	// Version is owned by the store: zero for a record never written, and
 	// different after every write.
 	Version int64
@@ -42,6 +60,66 @@ type Lease struct {
 // Held reports whether the lease has a holder whose term has not ended at now.
 func (l *Lease) Held(now time.Time) bool {
 	return l.Holder != "" && now.Before(l.ExpiresAt)
+}
+
+// Reservation withholds the grant of a free lease until Until: only holders
+// of cluster For may be granted it, or, with Except, holders of any cluster
+// but Except. It never lets anyone be granted a lease that is held.
+type Reservation struct {
+	For, Except string
+	Until       time.Time
+}
+
+// IsZero reports whether r reserves nothing.
+func (r Reservation) IsZero() bool { return r == Reservation{} }
+
+// Ending is how a term ended.
+type Ending string
+
+// The endings of a term. A move or a revocation names the ending whichever
+// way the term then ended (its holder's release, or expiry), a move first.
+const (
+	EndReleased Ending = "released"
+	EndExpired  Ending = "expired"
+	EndRevoked  Ending = "revoked"
+	EndMoved    Ending = "moved"
+)
+
+// Term is one ended term of a lease.
+type Term struct {
+	Holder       string
+	FencingToken int32
+	AcquiredAt   time.Time
+	EndedAt      time.Time
+	Ending       Ending
+}
+
+// EndedTerm is a term to record with the write that ends it: Keep bounds
+// how many ended terms of the lease the store keeps, this one included
+// (the oldest go first).
+type EndedTerm struct {
+	Term
+	Keep int
+}
+
+// KeepTerms returns terms, newest first, with t recorded: t first, and at
+// most keep in all. A term already recorded (its token) is not recorded
+// twice. Stores that keep terms in the record use it.
+func KeepTerms(terms []Term, t Term, keep int) []Term {
+	if keep < 1 {
+		return terms
+	}
+	out := make([]Term, 0, min(len(terms)+1, keep))
+	out = append(out, t)
+	for _, old := range terms {
+		if len(out) >= keep {
+			break
+		}
+		if old.FencingToken != t.FencingToken {
+			out = append(out, old)
+		}
+	}
+	return out
 }
 
 // Cluster is the stored registration of one cluster of the fleet.
@@ -122,6 +200,14 @@ type LeaseBatchStore interface {
 	// failure of the round trip: then any of the writes may have landed
 	// or not.
 	PutLeases(ctx context.Context, leases []Lease) (written []Lease, errs []error, err error)
+}
+
+// TermStore keeps the ended terms of every lease, each recorded by the
+// lease write that ended it (Lease.Ended), in the same transaction.
+type TermStore interface {
+	// ListTerms returns the kept ended terms of a lease, newest (highest
+	// token) first, at most limit of them (zero: all).
+	ListTerms(ctx context.Context, namespace, name string, limit int) ([]Term, error)
 }
 
 // ClusterStore keeps cluster registrations.

@@ -33,6 +33,26 @@ var migrations = []string{
 	) WITHOUT ROWID;`,
 	// Version 2: a term an administrator revoked (store.Lease.Revoked).
 	`ALTER TABLE leases ADD COLUMN revoked INTEGER NOT NULL DEFAULT 0;`,
+	// Version 3: moves and reservations (store.Lease.Moving, MoveTo,
+	// Reserved) and the ended terms of every lease (store.TermStore), each
+	// written in the transaction of the lease write that ended it. One
+	// process owns the file (its lock), so no older binary writes beside a
+	// newer one; an older binary refuses a file of a newer version.
+	`ALTER TABLE leases ADD COLUMN moving INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE leases ADD COLUMN move_to TEXT NOT NULL DEFAULT '';
+	ALTER TABLE leases ADD COLUMN reserved_for TEXT NOT NULL DEFAULT '';
+	ALTER TABLE leases ADD COLUMN reserved_except TEXT NOT NULL DEFAULT '';
+	ALTER TABLE leases ADD COLUMN reserved_until INTEGER NOT NULL DEFAULT 0;
+	CREATE TABLE lease_terms (
+		namespace     TEXT    NOT NULL,
+		name          TEXT    NOT NULL,
+		fencing_token INTEGER NOT NULL,
+		holder        TEXT    NOT NULL,
+		acquired_at   INTEGER NOT NULL,
+		ended_at      INTEGER NOT NULL,
+		ending        TEXT    NOT NULL,
+		PRIMARY KEY (namespace, name, fencing_token)
+	) WITHOUT ROWID;`,
 }
 
 // migrate applies the migrations the database has not seen yet, each in its

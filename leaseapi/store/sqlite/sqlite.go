@@ -50,6 +50,7 @@ type Store struct {
 var (
 	_ store.Store           = (*Store)(nil)
 	_ store.LeaseBatchStore = (*Store)(nil)
+	_ store.TermStore       = (*Store)(nil)
 )
 
 // write is one queued compare-and-swap, or a batch of them; exactly one of
@@ -141,21 +142,24 @@ func (s *Store) init(ctx context.Context) error {
 }
 
 func (s *Store) load(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, `SELECT namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked, version FROM leases`)
+	rows, err := s.db.QueryContext(ctx, `SELECT namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked,
+		moving, move_to, reserved_for, reserved_except, reserved_until, version FROM leases`)
 	if err != nil {
 		return fmt.Errorf("load leases: %w", err)
 	}
 	for rows.Next() {
 		var (
-			l                            store.Lease
-			ttl, acquired, renewed, expi int64
+			l                                      store.Lease
+			ttl, acquired, renewed, expi, reserved int64
 		)
-		if err := rows.Scan(&l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expi, &l.Revoked, &l.Version); err != nil {
+		if err := rows.Scan(&l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expi, &l.Revoked,
+			&l.Moving, &l.MoveTo, &l.Reserved.For, &l.Reserved.Except, &reserved, &l.Version); err != nil {
 			_ = rows.Close()
 			return fmt.Errorf("load leases: %w", err)
 		}
 		l.TTL = time.Duration(ttl) * time.Microsecond
 		l.AcquiredAt, l.RenewedAt, l.ExpiresAt = fromMicros(acquired), fromMicros(renewed), fromMicros(expi)
+		l.Reserved.Until = fromMicros(reserved)
 		s.leases[leaseKey(l.Namespace, l.Name)] = l
 		s.order = append(s.order, store.LeaseKey{Namespace: l.Namespace, Name: l.Name})
 	}
@@ -260,6 +264,7 @@ func (s *Store) PutLease(ctx context.Context, l store.Lease) (store.Lease, error
 	if err := s.enqueue(ctx, w); err != nil {
 		return store.Lease{}, err
 	}
+	l.Ended = nil
 	return l, nil
 }
 
@@ -286,7 +291,40 @@ func (s *Store) PutLeases(ctx context.Context, leases []store.Lease) ([]store.Le
 	if err := s.enqueue(ctx, w); err != nil {
 		return nil, nil, err
 	}
+	for i := range w.leases {
+		w.leases[i].Ended = nil
+	}
 	return w.leases, w.errs, nil
+}
+
+// ListTerms implements store.TermStore from the database (terms are not
+// kept in memory: only history reads them).
+func (s *Store) ListTerms(ctx context.Context, namespace, name string, limit int) ([]store.Term, error) {
+	q := `SELECT holder, fencing_token, acquired_at, ended_at, ending FROM lease_terms
+		WHERE namespace = ? AND name = ? ORDER BY fencing_token DESC`
+	args := []any{namespace, name}
+	if limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list terms of lease %s/%s: %w", namespace, name, err)
+	}
+	defer rows.Close()
+	var out []store.Term
+	for rows.Next() {
+		var (
+			t               store.Term
+			acquired, ended int64
+		)
+		if err := rows.Scan(&t.Holder, &t.FencingToken, &acquired, &ended, &t.Ending); err != nil {
+			return nil, fmt.Errorf("list terms of lease %s/%s: %w", namespace, name, err)
+		}
+		t.AcquiredAt, t.EndedAt = fromMicros(acquired), fromMicros(ended)
+		out = append(out, t)
+	}
+	return out, rows.Err()
 }
 
 // GetCluster implements store.ClusterStore.

@@ -121,7 +121,9 @@ func (s *Store) accept(l *store.Lease, batch map[string]store.Lease) error {
 		return store.ErrConflict
 	}
 	l.Version = cur.Version + 1
-	batch[k] = *l
+	kept := *l
+	kept.Ended = nil // written once, with this write, never again
+	batch[k] = kept
 	return nil
 }
 
@@ -141,13 +143,22 @@ func (s *Store) acceptCluster(c *store.Cluster, batch map[string]store.Cluster) 
 // The upserts repeat the version check in SQL, so that a write can never land
 // on a row that changed behind the in-memory state.
 const (
-	upsertLease = `INSERT INTO leases (namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked, version)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	upsertLease = `INSERT INTO leases (namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked,
+			moving, move_to, reserved_for, reserved_except, reserved_until, version)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, name) DO UPDATE SET
 			holder = excluded.holder, fencing_token = excluded.fencing_token, ttl_micros = excluded.ttl_micros,
 			acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
-			revoked = excluded.revoked, version = excluded.version
+			revoked = excluded.revoked, moving = excluded.moving, move_to = excluded.move_to,
+			reserved_for = excluded.reserved_for, reserved_except = excluded.reserved_except,
+			reserved_until = excluded.reserved_until, version = excluded.version
 		WHERE leases.version = excluded.version - 1`
+	// insertTerm records an ended term; pruneTerms then keeps the newest
+	// (namespace, name, keep) of its lease.
+	insertTerm = `INSERT OR IGNORE INTO lease_terms (namespace, name, fencing_token, holder, acquired_at, ended_at, ending)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`
+	pruneTerms = `DELETE FROM lease_terms WHERE namespace = ?1 AND name = ?2 AND fencing_token NOT IN
+		(SELECT fencing_token FROM lease_terms WHERE namespace = ?1 AND name = ?2 ORDER BY fencing_token DESC LIMIT ?3)`
 	upsertCluster = `INSERT INTO clusters (id, fingerprint, agent_version, labels, cordoned, registered_at, last_seen, version)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET
@@ -179,6 +190,21 @@ func (s *Store) persist(rows pending) (err error) {
 	for _, l := range leases {
 		if err = expectRows(1)(putLease.ExecContext(ctx, leaseArgs([]*store.Lease{l})...)); err != nil {
 			return err
+		}
+	}
+	// The terms these writes end, in the same transaction: recorded if and
+	// only if the writes land.
+	for _, l := range rows.leases {
+		if l.Ended == nil {
+			continue
+		}
+		t := l.Ended
+		if _, err = tx.ExecContext(ctx, insertTerm, l.Namespace, l.Name, t.FencingToken, t.Holder,
+			toMicros(t.AcquiredAt), toMicros(t.EndedAt), string(t.Ending)); err != nil {
+			return fmt.Errorf("record term %d of lease %s/%s: %w", t.FencingToken, l.Namespace, l.Name, err)
+		}
+		if _, err = tx.ExecContext(ctx, pruneTerms, l.Namespace, l.Name, t.Keep); err != nil {
+			return fmt.Errorf("prune terms of lease %s/%s: %w", l.Namespace, l.Name, err)
 		}
 	}
 	for _, c := range rows.clusters {
@@ -217,17 +243,18 @@ const rowsPerUpsert = 64
 
 // upsertLeaseRows is upsertLease for n leases.
 func upsertLeaseRows(n int) string {
-	const row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	const row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	values := strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
 	return strings.Replace(upsertLease, row, values, 1)
 }
 
 // leaseArgs are the arguments of upsertLeaseRows(len(leases)).
 func leaseArgs(leases []*store.Lease) []any {
-	args := make([]any, 0, 10*len(leases))
+	args := make([]any, 0, 15*len(leases))
 	for _, l := range leases {
 		args = append(args, l.Namespace, l.Name, l.Holder, l.FencingToken,
-			l.TTL.Microseconds(), toMicros(l.AcquiredAt), toMicros(l.RenewedAt), toMicros(l.ExpiresAt), l.Revoked, l.Version)
+			l.TTL.Microseconds(), toMicros(l.AcquiredAt), toMicros(l.RenewedAt), toMicros(l.ExpiresAt), l.Revoked,
+			l.Moving, l.MoveTo, l.Reserved.For, l.Reserved.Except, toMicros(l.Reserved.Until), l.Version)
 	}
 	return args
 }
