@@ -32,7 +32,7 @@ const (
 	// FenceImageBinary is where berth-fence lives in Berth's agent image.
 	FenceImageBinary = "/usr/local/bin/berth-fence"
 	// FenceVolume is the projected volume of the token and the term, at FenceDir.
-	FenceVolume = "berth-fence"
+	FenceVolume = berthv1alpha1.FenceVolume
 	FenceDir    = "/var/run/berth/fence"
 	// FenceTokenExpirationSeconds is the projected token's life; the kubelet renews it
 	// at 80% of it.
@@ -206,10 +206,14 @@ func workloadContainers(pod *corev1.Pod) []*corev1.Container {
 // inFenceDir reports whether p is at or under FenceBinDir or FenceDir, compared as the
 // kubelet mounts it: cleaned and rooted, so that a trailing slash or a "/./" changes
 // nothing.
+//
+// A path above them counts too (/berth, /var/run, /): a volume mounted there could hold
+// a symbolic link in place of a fence directory, sending the fence's own mount elsewhere
+// for a later mount of the Pod to cover.
 func inFenceDir(p string) bool {
 	p = path.Clean("/" + p)
 	for _, dir := range []string{FenceBinDir, FenceDir} {
-		if p == dir || strings.HasPrefix(p, dir+"/") {
+		if p == dir || strings.HasPrefix(p, dir+"/") || p == "/" || strings.HasPrefix(dir, p+"/") {
 			return true
 		}
 	}
@@ -445,7 +449,7 @@ func mountProblems(c *corev1.Container, allowed []corev1.VolumeMount) []string {
 	for _, m := range c.VolumeMounts {
 		if (isFenceVolume(m.Name) || inFenceDir(m.MountPath)) && !slices.Contains(allowed, m) {
 			out = append(out, fmt.Sprintf(
-				"container %s mounts volume %s at %s: only admission mounts berth-fence's volumes, and nothing else may be mounted at or under %s or %s",
+				"container %s mounts volume %s at %s: only admission mounts berth-fence's volumes, and nothing else may be mounted at, above or under %s or %s",
 				c.Name, m.Name, m.MountPath, FenceBinDir, FenceDir))
 		}
 	}

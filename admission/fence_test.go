@@ -207,6 +207,18 @@ func TestDecideCreateFenced(t *testing.T) {
 		{name: "another volume at the binary's directory, trailing slash", pod: fencedWith(t, func(p *corev1.Pod) {
 			p.Spec.InitContainers[1].VolumeMounts = append(p.Spec.InitContainers[1].VolumeMounts, corev1.VolumeMount{Name: "fake", MountPath: FenceBinDir + "/"})
 		}), lease: fencedLease, denied: "container migrate mounts volume fake at /berth/bin/"},
+		{name: "a volume above the binary's directory (a symbolic link in it could move the fence's mount)", pod: fencedWith(t, func(p *corev1.Pod) {
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "fake", MountPath: "/berth"})
+		}), lease: fencedLease, denied: "container main mounts volume fake at /berth:"},
+		{name: "a volume above the token's directory", pod: fencedWith(t, func(p *corev1.Pod) {
+			p.Spec.Containers[1].VolumeMounts = append(p.Spec.Containers[1].VolumeMounts, corev1.VolumeMount{Name: "fake", MountPath: "/var/run/"})
+		}), lease: fencedLease, denied: "container sidecar mounts volume fake at /var/run/"},
+		{name: "a volume at the root", pod: fencedWith(t, func(p *corev1.Pod) {
+			p.Spec.Containers[1].VolumeMounts = append(p.Spec.Containers[1].VolumeMounts, corev1.VolumeMount{Name: "fake", MountPath: "/"})
+		}), lease: fencedLease, denied: "container sidecar mounts volume fake at /:"},
+		{name: "a volume beside the token's directory", pod: fencedWith(t, func(p *corev1.Pod) {
+			p.Spec.Containers[1].VolumeMounts = append(p.Spec.Containers[1].VolumeMounts, corev1.VolumeMount{Name: "fake", MountPath: "/var/run/berth-other"})
+		}), lease: fencedLease},
 		{name: "binary's volume writable elsewhere", pod: fencedWith(t, func(p *corev1.Pod) {
 			p.Spec.Containers[1].VolumeMounts = append(p.Spec.Containers[1].VolumeMounts, corev1.VolumeMount{Name: FenceBinVolume, MountPath: "/tmp/bin"})
 		}), lease: fencedLease, denied: "container sidecar mounts volume berth-fence-bin at /tmp/bin"},

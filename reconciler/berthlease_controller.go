@@ -44,7 +44,7 @@ type LeaseClient interface {
 	Acquire(ctx context.Context, namespace, name, holder string, ttl time.Duration) (leaseclient.AcquireResult, error)
 	Renew(ctx context.Context, namespace, name, holder string, fencingToken int32, ttl time.Duration) (leaseclient.AcquireResult, error)
 	Release(ctx context.Context, namespace, name, holder string, fencingToken int32) error
-	// Revoke is how the agent gives up a fenced term (memory.fenced).
+	// Revoke is how the agent gives up a fenced term (fencedTerm).
 	Revoke(ctx context.Context, namespace, name, holder string, fencingToken int32) error
 }
 
@@ -539,7 +539,7 @@ func (r *BerthLeaseReconciler) goneOf(name types.NamespacedName) (*berthv1alpha1
 	bl := r.goneCopy(&berthv1alpha1.BerthLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name},
 		// PodFencing: whether its Pods ran under berth-fence is not known, so its
-		// term is given up as a fenced one is (memory.fenced), never sooner.
+		// term is given up as a fenced one is (fencedTerm), never sooner.
 		Spec: berthv1alpha1.BerthLeaseSpec{TTLSeconds: minTTLSeconds, HeartbeatIntervalSeconds: 1, PodFencing: berthv1alpha1.PodFencingExec},
 	})
 	return bl, &memory{name: name, key: leaseapi.Key{Namespace: name.Namespace, Name: name.Name}.String(), tenure: tenure{started: true}}
@@ -634,6 +634,7 @@ func (r *BerthLeaseReconciler) memoryOf(bl *berthv1alpha1.BerthLease) *memory {
 					continue
 				}
 				m.tenure = t.carriedOver()
+				m.fencedToken.Store(old.fencedToken.Load())
 			}
 			r.dropLocked(uid)
 		}

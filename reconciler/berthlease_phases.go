@@ -246,9 +246,6 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 		defer cancelAtDeadline()
 	}
 
-	if bl.Spec.PodFencing == berthv1alpha1.PodFencingExec {
-		mem.fenced.Store(true)
-	}
 	req := request{call: c, holder: p.holder, token: t.tokenFor(c), ttl: p.ttl, heartbeat: p.heartbeat, sent: r.Clock.Now()}
 	var (
 		res leaseclient.AcquireResult
@@ -257,6 +254,12 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 	switch c {
 	case CallAcquire:
 		res, err = r.LeaseClient.Acquire(ctx, ns, name, req.holder, req.ttl)
+		if err == nil && res.Revoked && res.Holder == req.holder && res.FencingToken == mem.givenUp.Load() {
+			// This cluster's own term, which it gave up by revoking it
+			// (fencedTerm): it only waits out its expiry, held by no one
+			// who may run. Not a revocation to hand over again.
+			res.Revoked = false
+		}
 	case CallRenew, CallRecover:
 		res, err = r.LeaseClient.Renew(ctx, ns, name, req.holder, req.token, req.ttl)
 	case CallRelease:
@@ -265,8 +268,10 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 			log.Error(rerr, "release not sent", "token", req.token)
 			return
 		}
-		if mem.fenced.Load() {
-			err = r.LeaseClient.Revoke(ctx, ns, name, req.holder, req.token)
+		if fencedTerm(bl, p, mem, req.token) {
+			if err = r.LeaseClient.Revoke(ctx, ns, name, req.holder, req.token); err == nil {
+				mem.givenUp.Store(req.token)
+			}
 		} else {
 			err = r.LeaseClient.Release(ctx, ns, name, req.holder, req.token)
 		}
@@ -290,11 +295,55 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 	case changeLost:
 		log.Info("lease lost", "token", o.token, "currentHolder", o.holder)
 	case changeReleased:
-		if mem.fenced.Load() {
+		if mem.givenUp.Load() == req.token {
 			log.Info("lease released: revoked, free at its expiry (fenced Pods)", "token", o.token)
 		} else {
 			log.Info("lease released", "token", o.token)
 		}
+	}
+}
+
+// fencedTerm reports whether Pods may run under berth-fence under the term
+// of token, so that the agent must give it up by revoking it: the lease
+// API then denies it to confirmations at once and grants it to no one
+// before its expiry, which every fence's deadline precedes. A release
+// would free it at once, while a fenced Pod the API server no longer shows
+// (forced off a node the control plane cannot reach) may still run. It is
+// so when the BerthLease asks spec.podFencing Exec, when a Pod the agent
+// sees is fenced, or when the term was recorded as fenced (in memory, or
+// in status for an agent that starts anew): switching podFencing off, a
+// restart, or a BerthLease made anew does not make a fenced term a plain
+// one.
+func fencedTerm(bl *berthv1alpha1.BerthLease, p *observation, mem *memory, token int32) bool {
+	if bl.Spec.PodFencing == berthv1alpha1.PodFencingExec || slices.ContainsFunc(p.running, fencedPod) || slices.ContainsFunc(p.gated, fencedPod) || slices.ContainsFunc(p.stale, fencedPod) {
+		return true
+	}
+	return token > 0 && (mem.fencedToken.Load() == token || bl.Status.FencedToken == token)
+}
+
+// fencedPod reports whether admission wrapped pod in berth-fence: it has
+// the fence's projected volume.
+func fencedPod(pod corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == FenceVolume })
+}
+
+// recordFenced writes into status that the term of token runs fenced Pods
+// (FencedToken) before the first of them is ungated, so that an agent that
+// starts anew gives the term up as a fenced one (fencedTerm).
+func (r *BerthLeaseReconciler) recordFenced(ctx context.Context, bl *berthv1alpha1.BerthLease, mem *memory, token int32) error {
+	mem.fencedToken.Store(token)
+	if mem.gone || mem.superseded || bl.Status.FencedToken == token {
+		return nil
+	}
+	patch := ctrlclient.MergeFrom(bl.DeepCopy())
+	was := bl.Status.FencedToken
+	bl.Status.FencedToken = token
+	switch err := r.Status().Patch(ctx, bl, patch); {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	default:
+		bl.Status.FencedToken = was
+		return fmt.Errorf("record fenced term %d in status: %w", token, err)
 	}
 }
 
@@ -361,6 +410,11 @@ func (r *BerthLeaseReconciler) actOnPods(ctx context.Context, bl *berthv1alpha1.
 func (r *BerthLeaseReconciler) ungate(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation) error {
 	log := logr.FromContextOrDiscard(ctx)
 	term := p.facts.Term
+	if bl.Spec.PodFencing == berthv1alpha1.PodFencingExec || slices.ContainsFunc(p.gated, fencedPod) {
+		if err := r.recordFenced(ctx, bl, p.mem, term.Token); err != nil {
+			return err // nothing ungated: the reconcile is retried
+		}
+	}
 	jobs, since := map[types.UID]bool{}, termStart(bl)
 	var errs []error
 	for i := range p.gated {

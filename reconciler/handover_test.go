@@ -133,11 +133,19 @@ func TestFailedReconcileStillHandsTheTermOver(t *testing.T) {
 // there under berth-fence until its deadline, which precedes the expiry.
 func TestFencedTermIsRevokedNotReleased(t *testing.T) {
 	for name, tc := range map[string]struct {
-		fencing                   berthv1alpha1.PodFencing
+		fencing berthv1alpha1.PodFencing
+		// podFenced: the Pod runs under berth-fence (made while the spec asked
+		// it); statusFenced: status records the term as fenced (an agent that
+		// starts anew).
+		podFenced, statusFenced   bool
 		wantReleases, wantRevokes int32
 	}{
 		"unfenced: released": {fencing: berthv1alpha1.PodFencingNone, wantReleases: 1},
 		"fenced: revoked":    {fencing: berthv1alpha1.PodFencingExec, wantRevokes: 1},
+		"podFencing switched off, its Pod still fenced: revoked": {
+			fencing: berthv1alpha1.PodFencingNone, podFenced: true, wantRevokes: 1},
+		"podFencing switched off, the term recorded fenced, no Pod left to show it: revoked": {
+			fencing: berthv1alpha1.PodFencingNone, statusFenced: true, wantRevokes: 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			scheme := runtime.NewScheme()
@@ -148,8 +156,12 @@ func TestFencedTermIsRevokedNotReleased(t *testing.T) {
 			uid := types.UID("uid-exporter")
 			bl := &berthv1alpha1.BerthLease{ObjectMeta: metav1.ObjectMeta{Namespace: "payments", Name: "exporter", UID: uid, Finalizers: []string{FinalizerName}},
 				Spec: berthv1alpha1.BerthLeaseSpec{TTLSeconds: 30, HeartbeatIntervalSeconds: 10, PodFencing: tc.fencing}}
+			pod := managedPod("a", uid)
+			if tc.podFenced {
+				pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: FenceVolume})
+			}
 			c := fake.NewClientBuilder().WithScheme(scheme).
-				WithObjects(bl, managedPod("a", uid)).
+				WithObjects(bl, pod).
 				WithStatusSubresource(&berthv1alpha1.BerthLease{}).
 				WithIndex(&berthv1alpha1.BerthLease{}, IndexLeaseName, func(o ctrlclient.Object) []string {
 					return []string{o.(*berthv1alpha1.BerthLease).EffectiveLeaseName()}
@@ -168,6 +180,26 @@ func TestFencedTermIsRevokedNotReleased(t *testing.T) {
 			reconcile()
 			if a := (&corev1.Pod{}); c.Get(t.Context(), types.NamespacedName{Namespace: "payments", Name: "a"}, a) != nil || gated(a) {
 				t.Fatalf("Pod a not ungated under the term")
+			}
+			if got := r.memory[uid].fencedToken.Load(); (got == 4) != (tc.fencing == berthv1alpha1.PodFencingExec || tc.podFenced) {
+				t.Errorf("term recorded fenced with token %d, spec %s, Pod fenced %v", got, tc.fencing, tc.podFenced)
+			}
+			if err := c.Get(t.Context(), req.NamespacedName, bl); err != nil {
+				t.Fatal(err)
+			}
+			if got := bl.Status.FencedToken; (got == 4) != (tc.fencing == berthv1alpha1.PodFencingExec || tc.podFenced) {
+				t.Errorf("status.fencedToken %d, spec %s, Pod fenced %v", got, tc.fencing, tc.podFenced)
+			}
+			if tc.statusFenced {
+				// The agent starts anew: its memory is gone, status remains.
+				if err := c.Get(t.Context(), req.NamespacedName, bl); err != nil {
+					t.Fatal(err)
+				}
+				bl.Status.FencedToken = 4
+				if err := c.Status().Update(t.Context(), bl); err != nil {
+					t.Fatal(err)
+				}
+				r.memory[uid].fencedToken.Store(0)
 			}
 			if err := c.Delete(t.Context(), bl); err != nil {
 				t.Fatal(err)

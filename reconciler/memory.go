@@ -37,13 +37,17 @@ type memory struct {
 	// fenceWoken is the term whose passed deadline the renewer has woken
 	// the reconcile for (once per term).
 	fenceWoken *Term
-	// fenced: some term of this BerthLease was renewed while it asked
-	// spec.podFencing Exec, so Pods may run under berth-fence with local
-	// deadlines up to its expiry, whether or not the agent sees them (a
-	// Pod deleted while its node is cut off, or forced). Such a term is
-	// given up by revoking it instead of releasing it: it ends for confirmations at
-	// once and is granted to no one before its expiry. Never cleared.
-	fenced atomic.Bool
+	// fencedToken is the token of the latest term of this BerthLease under
+	// which Pods may run under berth-fence with local deadlines up to its
+	// expiry, whether or not the agent sees them (a Pod deleted while its
+	// node is cut off, or forced). Such a term is given up by revoking it
+	// instead of releasing it (fencedTerm). Carried over to a BerthLease
+	// made anew under the same name, as the term is.
+	fencedToken atomic.Int32
+	// givenUp is the token of the fenced term this cluster last gave up by
+	// revoking it: until it expires, an acquire finds it held by this
+	// cluster, revoked, and that is a term to wait out, not one to hand over.
+	givenUp atomic.Int32
 	// last is the BerthLease as last read: what is known of it if it
 	// vanishes (reconcileGone).
 	last *berthv1alpha1.BerthLease

@@ -31,6 +31,8 @@ const (
 	// SchedulingGate keeps a managed Pod from scheduling until this cluster
 	// holds the lease.
 	SchedulingGate = berthv1alpha1.LeaseHeldSchedulingGate
+	// FenceVolume marks a Pod that runs under berth-fence.
+	FenceVolume = berthv1alpha1.FenceVolume
 	// PhaseActive: this cluster holds the lease and may run the Pods.
 	PhaseActive = berthv1alpha1.PhaseActive
 	// PhaseStopping: this cluster is removing its Pods before giving the

@@ -95,6 +95,16 @@ type BerthLeaseStatus struct {
 	// +optional
 	ReleasingToken int32 `json:"releasingToken,omitempty"`
 
+	// FencedToken is the fencing token of the latest term of this cluster
+	// under which Pods ran under berth-fence (spec.podFencing Exec). The agent
+	// records it before it ungates such Pods, and gives that term up by
+	// revoking it, never by releasing it, even after a restart or once
+	// spec.podFencing no longer asks for it: a fenced Pod forced off an
+	// unreachable node may still run there until its own deadline, which
+	// only the term's expiry is sure to follow (docs/fencing.md).
+	// +optional
+	FencedToken int32 `json:"fencedToken,omitempty"`
+
 	// AcquiredAt is when the current term began (the lease API's time).
 	// +optional
 	AcquiredAt *metav1.MicroTime `json:"acquiredAt,omitempty"`

@@ -23,6 +23,10 @@ const (
 	// downward API and fence its own writes.
 	FencingTokenAnnotation = "berth.skaphos.io/fencing-token"
 	HolderAnnotation       = "berth.skaphos.io/holder"
+	// FenceVolume is the projected volume admission puts into the Pods of a
+	// BerthLease with spec.podFencing Exec (the Pod's token and term for
+	// berth-fence): a Pod that has it runs fenced.
+	FenceVolume = "berth-fence"
 	// LeaseReleaseFinalizer keeps a BerthLease until the agent has stopped
 	// its managed Pods and given its lease up.
 	LeaseReleaseFinalizer = "berth.skaphos.io/lease-release"
