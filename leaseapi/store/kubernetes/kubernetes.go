@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -35,7 +36,32 @@ const (
 	// know it drops it: it may then renew a revoked term, which only delays
 	// the handover, and never leaves the mark on a later term.
 	annotationRevoked = "berth.skaphos.io/revoked"
+	// annotationMoveTo is set on a moving term (store.Lease.Moving): the
+	// destination cluster, or "*" for any cluster but the holder's. A
+	// replica that does not know it drops it with the rest; the term stays
+	// revoked for it.
+	annotationMoveTo = "berth.skaphos.io/move-to"
+	// The reservation a moved term's end leaves (store.Lease.Reserved): a
+	// replica that does not know them drops them, which only lets it grant
+	// the free lease as it did before reservations existed.
+	annotationReservedFor    = "berth.skaphos.io/reserved-for"
+	annotationReservedExcept = "berth.skaphos.io/reserved-except"
+	annotationReservedUntil  = "berth.skaphos.io/reserved-until"
+	// annotationTerms holds the lease's ended terms (store.Lease.Terms), as
+	// JSON, newest first and at most as many as the write that recorded
+	// the last one kept: on the Lease itself, so that the term is recorded
+	// by the very update that ends it (the API server has no transaction
+	// over two objects). A replica that does not know it drops it on its
+	// next write, and the history starts again from there.
+	annotationTerms = "berth.skaphos.io/terms"
+	// moveAnywhere is annotationMoveTo's value for a move to any cluster.
+	moveAnywhere = "*"
 )
+
+// MaxHistoryTerms bounds the terms the store keeps per lease, whatever a
+// write asks: each takes up to about 400 bytes of annotationTerms, and a
+// Lease's annotations may take 256 KiB in all.
+const MaxHistoryTerms = 200
 
 // Store is the Kubernetes store. It does not implement
 // store.LeaseBatchStore: the API server has no multi-object
@@ -51,6 +77,7 @@ type Store struct {
 var (
 	_ store.Store     = (*Store)(nil)
 	_ store.LeaseFeed = (*Store)(nil)
+	_ store.TermStore = (*Store)(nil)
 )
 
 // Open returns a store in namespace of the cluster cfg reaches, creating the
@@ -104,14 +131,18 @@ func (s *Store) GetLease(ctx context.Context, namespace, name string) (store.Lea
 }
 
 // PutLease implements store.LeaseStore: a create for a new record, an
-// update at the read resourceVersion otherwise.
+// update at the read resourceVersion otherwise. The term a write ends joins
+// the terms the Lease carries, in the same update.
 func (s *Store) PutLease(ctx context.Context, l store.Lease) (store.Lease, error) {
-	obj := toLease(s.namespace, l)
+	if l.Ended != nil {
+		l.Terms = store.KeepTerms(l.Terms, l.Ended.Term, min(l.Ended.Keep, MaxHistoryTerms))
+	}
+	obj, err := toLease(s.namespace, l)
+	if err != nil {
+		return store.Lease{}, err
+	}
 	leases := s.client.CoordinationV1().Leases(s.namespace)
-	var (
-		out *coordinationv1.Lease
-		err error
-	)
+	var out *coordinationv1.Lease
 	if l.Version == 0 {
 		out, err = leases.Create(ctx, obj, metav1.CreateOptions{})
 	} else {
@@ -125,6 +156,21 @@ func (s *Store) PutLease(ctx context.Context, l store.Lease) (store.Lease, error
 		return store.Lease{}, fmt.Errorf("write lease %s/%s: %w", l.Namespace, l.Name, err)
 	}
 	return fromLease(out)
+}
+
+// ListTerms implements store.TermStore from the terms the Lease carries.
+func (s *Store) ListTerms(ctx context.Context, namespace, name string, limit int) ([]store.Term, error) {
+	l, err := s.GetLease(ctx, namespace, name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	if limit > 0 && len(l.Terms) > limit {
+		return l.Terms[:limit], nil
+	}
+	return l.Terms, nil
 }
 
 // ListLeases implements store.LeaseStore. The API server's own paging cannot
@@ -247,8 +293,9 @@ func (s *Store) FollowLeases(ctx context.Context, changed func(store.LeaseChange
 		UpdateFunc: func(oldObj, newObj any) {
 			o, okOld := oldObj.(*coordinationv1.Lease)
 			n, okNew := newObj.(*coordinationv1.Lease)
-			if okOld && okNew && ptr.Equal(o.Spec.HolderIdentity, n.Spec.HolderIdentity) && ptr.Equal(o.Spec.LeaseTransitions, n.Spec.LeaseTransitions) {
-				return // a renewal
+			if okOld && okNew && ptr.Equal(o.Spec.HolderIdentity, n.Spec.HolderIdentity) && ptr.Equal(o.Spec.LeaseTransitions, n.Spec.LeaseTransitions) &&
+				o.Annotations[annotationReservedUntil] == n.Annotations[annotationReservedUntil] {
+				return // a renewal (a reservation's change wakes the clusters it held back)
 			}
 			report(newObj)
 		},
@@ -275,7 +322,16 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func toLease(namespace string, l store.Lease) *coordinationv1.Lease {
+// termJSON is one ended term in annotationTerms.
+type termJSON struct {
+	Holder       string    `json:"holder"`
+	FencingToken int32     `json:"token"`
+	AcquiredAt   time.Time `json:"acquiredAt,omitzero"`
+	EndedAt      time.Time `json:"endedAt"`
+	Ending       string    `json:"ending"`
+}
+
+func toLease(namespace string, l store.Lease) (*coordinationv1.Lease, error) {
 	obj := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      objectName(l.Namespace, l.Name),
@@ -298,12 +354,31 @@ func toLease(namespace string, l store.Lease) *coordinationv1.Lease {
 	if l.Revoked {
 		obj.Annotations[annotationRevoked] = "true"
 	}
+	if l.Moving {
+		obj.Annotations[annotationMoveTo] = cmp.Or(l.MoveTo, moveAnywhere)
+	}
+	if r := l.Reserved; !r.IsZero() {
+		obj.Annotations[annotationReservedFor] = r.For
+		obj.Annotations[annotationReservedExcept] = r.Except
+		obj.Annotations[annotationReservedUntil] = formatTime(r.Until)
+	}
+	if len(l.Terms) > 0 {
+		terms := make([]termJSON, len(l.Terms))
+		for i, t := range l.Terms {
+			terms[i] = termJSON{Holder: t.Holder, FencingToken: t.FencingToken, AcquiredAt: t.AcquiredAt, EndedAt: t.EndedAt, Ending: string(t.Ending)}
+		}
+		raw, err := json.Marshal(terms)
+		if err != nil {
+			return nil, fmt.Errorf("encode terms of lease %s/%s: %w", l.Namespace, l.Name, err)
+		}
+		obj.Annotations[annotationTerms] = string(raw)
+	}
 	// The API server wants a positive duration when one is set; the exact
 	// TTL lives in the annotation, this is for people reading the Lease.
 	if ttl := int32(l.TTL / time.Second); ttl > 0 {
 		obj.Spec.LeaseDurationSeconds = &ttl
 	}
-	return obj
+	return obj, nil
 }
 
 func fromLease(obj *coordinationv1.Lease) (store.Lease, error) {
@@ -322,6 +397,28 @@ func fromLease(obj *coordinationv1.Lease) (store.Lease, error) {
 	}
 	l := store.Lease{Namespace: ns, Name: name, TTL: time.Duration(ttl) * time.Microsecond, ExpiresAt: expires,
 		Revoked: obj.Annotations[annotationRevoked] == "true", Version: version}
+	if to, ok := obj.Annotations[annotationMoveTo]; ok {
+		l.Moving = true
+		if to != moveAnywhere {
+			l.MoveTo = to
+		}
+	}
+	if l.Reserved.Until, err = parseTime(obj.Annotations[annotationReservedUntil]); err != nil {
+		return store.Lease{}, fmt.Errorf("lease object %s: %w", obj.Name, err)
+	}
+	if !l.Reserved.Until.IsZero() {
+		l.Reserved.For, l.Reserved.Except = obj.Annotations[annotationReservedFor], obj.Annotations[annotationReservedExcept]
+	}
+	if raw := obj.Annotations[annotationTerms]; raw != "" {
+		var terms []termJSON
+		if err := json.Unmarshal([]byte(raw), &terms); err != nil {
+			return store.Lease{}, fmt.Errorf("lease object %s: decode terms: %w", obj.Name, err)
+		}
+		l.Terms = make([]store.Term, len(terms))
+		for i, t := range terms {
+			l.Terms[i] = store.Term{Holder: t.Holder, FencingToken: t.FencingToken, AcquiredAt: t.AcquiredAt.UTC(), EndedAt: t.EndedAt.UTC(), Ending: store.Ending(t.Ending)}
+		}
+	}
 	if h := obj.Spec.HolderIdentity; h != nil {
 		l.Holder = *h
 	}

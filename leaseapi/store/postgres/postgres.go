@@ -27,6 +27,7 @@ var (
 	_ store.Store           = (*Store)(nil)
 	_ store.LeaseFeed       = (*Store)(nil)
 	_ store.LeaseBatchStore = (*Store)(nil)
+	_ store.TermStore       = (*Store)(nil)
 )
 
 // Options configures Open.
@@ -65,7 +66,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-const leaseColumns = `namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked, version`
+const leaseColumns = `namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked,
+	moving, move_to, reserved_for, reserved_except, reserved_until, version`
 
 // GetLease implements store.LeaseStore.
 func (s *Store) GetLease(ctx context.Context, namespace, name string) (store.Lease, error) {
@@ -79,20 +81,28 @@ func (s *Store) GetLease(ctx context.Context, namespace, name string) (store.Lea
 
 // PutLease implements store.LeaseStore: an insert that must not collide for
 // a new record, an update guarded by the version read for an existing one.
+// A write that ends a term records it in the same transaction.
 func (s *Store) PutLease(ctx context.Context, l store.Lease) (store.Lease, error) {
 	var (
 		version int64
 		err     error
 	)
 	args := []any{l.Namespace, l.Name, l.Holder, l.FencingToken, l.TTL.Microseconds(),
-		nullTime(l.AcquiredAt), nullTime(l.RenewedAt), nullTime(l.ExpiresAt), l.Revoked, l.Version}
-	if l.Version == 0 {
-		err = s.pool.QueryRow(ctx, `INSERT INTO leases (`+leaseColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10 + 1)
+		nullTime(l.AcquiredAt), nullTime(l.RenewedAt), nullTime(l.ExpiresAt), l.Revoked,
+		l.Moving, l.MoveTo, l.Reserved.For, l.Reserved.Except, nullTime(l.Reserved.Until), l.Version}
+	switch {
+	case l.Version == 0:
+		err = s.pool.QueryRow(ctx, `INSERT INTO leases (`+leaseColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15 + 1)
 			ON CONFLICT (namespace, name) DO NOTHING RETURNING version`, args...).Scan(&version)
-	} else {
-		err = s.pool.QueryRow(ctx, `UPDATE leases SET holder = $3, fencing_token = $4, ttl_micros = $5,
-			acquired_at = $6, renewed_at = $7, expires_at = $8, revoked = $9, version = version + 1
-			WHERE namespace = $1 AND name = $2 AND version = $10 RETURNING version`, args...).Scan(&version)
+	case l.Ended == nil:
+		err = s.pool.QueryRow(ctx, updateLease, args...).Scan(&version)
+	default:
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, updateLease, args...).Scan(&version); err != nil {
+				return err
+			}
+			return recordTerm(ctx, tx, l)
+		})
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -101,7 +111,66 @@ func (s *Store) PutLease(ctx context.Context, l store.Lease) (store.Lease, error
 		return store.Lease{}, fmt.Errorf("write lease %s/%s: %w", l.Namespace, l.Name, err)
 	}
 	l.Version = version
+	l.Ended = nil
 	return l, nil
+}
+
+// updateLease is PutLease's update of an existing record.
+const updateLease = `UPDATE leases SET holder = $3, fencing_token = $4, ttl_micros = $5,
+	acquired_at = $6, renewed_at = $7, expires_at = $8, revoked = $9,
+	moving = $10, move_to = $11, reserved_for = $12, reserved_except = $13, reserved_until = $14, version = version + 1
+	WHERE namespace = $1 AND name = $2 AND version = $15 RETURNING version`
+
+// pruneTerms keeps the newest $3 ended terms of lease ($1, $2).
+const pruneTerms = `DELETE FROM lease_terms WHERE namespace = $1 AND name = $2 AND fencing_token NOT IN
+	(SELECT fencing_token FROM lease_terms WHERE namespace = $1 AND name = $2 ORDER BY fencing_token DESC LIMIT $3)`
+
+// recordTerm records the term l's write ends, inside that write's
+// transaction, and prunes the lease's history to its bound.
+func recordTerm(ctx context.Context, tx pgx.Tx, l store.Lease) error {
+	t := l.Ended
+	if _, err := tx.Exec(ctx, `INSERT INTO lease_terms (namespace, name, fencing_token, holder, acquired_at, ended_at, ending)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
+		l.Namespace, l.Name, t.FencingToken, t.Holder, nullTime(t.AcquiredAt), nullTime(t.EndedAt), string(t.Ending)); err != nil {
+		return fmt.Errorf("record term %d: %w", t.FencingToken, err)
+	}
+	if _, err := tx.Exec(ctx, pruneTerms, l.Namespace, l.Name, t.Keep); err != nil {
+		return fmt.Errorf("prune terms: %w", err)
+	}
+	return nil
+}
+
+// ListTerms implements store.TermStore.
+func (s *Store) ListTerms(ctx context.Context, namespace, name string, limit int) ([]store.Term, error) {
+	q := `SELECT holder, fencing_token, acquired_at, ended_at, ending FROM lease_terms
+		WHERE namespace = $1 AND name = $2 ORDER BY fencing_token DESC`
+	args := []any{namespace, name}
+	if limit > 0 {
+		q += ` LIMIT $3`
+		args = append(args, limit)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list terms of lease %s/%s: %w", namespace, name, err)
+	}
+	defer rows.Close()
+	var out []store.Term
+	for rows.Next() {
+		var (
+			t               store.Term
+			acquired, ended *time.Time
+			ending          string
+		)
+		if err := rows.Scan(&t.Holder, &t.FencingToken, &acquired, &ended, &ending); err != nil {
+			return nil, fmt.Errorf("list terms of lease %s/%s: %w", namespace, name, err)
+		}
+		t.AcquiredAt, t.EndedAt, t.Ending = utc(acquired), utc(ended), store.Ending(ending)
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list terms of lease %s/%s: %w", namespace, name, err)
+	}
+	return out, nil
 }
 
 // GetLeases implements store.LeaseBatchStore: one query joins the keys,
@@ -159,18 +228,39 @@ func (s *Store) PutLeases(ctx context.Context, leases []store.Lease) ([]store.Le
 			updates.add(i, l)
 		}
 	}
+	// The batch runs as one implicit transaction: the terms the updates
+	// end are recorded (by the same statement, for the updates that land)
+	// and pruned with them, or not at all.
 	batch := &pgx.Batch{}
 	if len(updates.idx) > 0 {
-		batch.Queue(`UPDATE leases AS l SET holder = u.holder, fencing_token = u.fencing_token,
-			ttl_micros = u.ttl_micros, acquired_at = u.acquired_at, renewed_at = u.renewed_at,
-			expires_at = u.expires_at, revoked = u.revoked, version = l.version + 1
-			FROM `+leaseArraysTable+`
-			WHERE l.namespace = u.namespace AND l.name = u.name AND l.version = u.version
-			RETURNING u.idx, l.version`, updates.args()...)
+		batch.Queue(`WITH w AS (UPDATE leases AS l SET holder = u.holder, fencing_token = u.fencing_token,
+				ttl_micros = u.ttl_micros, acquired_at = u.acquired_at, renewed_at = u.renewed_at,
+				expires_at = u.expires_at, revoked = u.revoked, moving = u.moving, move_to = u.move_to,
+				reserved_for = u.reserved_for, reserved_except = u.reserved_except, reserved_until = u.reserved_until,
+				version = l.version + 1
+				FROM `+leaseArraysTable+`
+				WHERE l.namespace = u.namespace AND l.name = u.name AND l.version = u.version
+				RETURNING u.idx, l.version),
+			t AS (INSERT INTO lease_terms (namespace, name, fencing_token, holder, acquired_at, ended_at, ending)
+				SELECT e.namespace, e.name, e.fencing_token, e.holder, e.acquired_at, e.ended_at, e.ending
+				FROM `+endedArraysTable(len(updates.args())+1)+` JOIN w USING (idx)
+				ON CONFLICT DO NOTHING)
+			SELECT idx, version FROM w`, append(updates.args(), updates.ended.args()...)...)
+		if len(updates.ended.idx) > 0 {
+			batch.Queue(`DELETE FROM lease_terms AS t USING (
+					SELECT namespace, name, fencing_token,
+						row_number() OVER (PARTITION BY namespace, name ORDER BY fencing_token DESC) AS n
+					FROM lease_terms WHERE (namespace, name) IN (SELECT * FROM unnest($1::text[], $2::text[]))) AS r,
+					unnest($1::text[], $2::text[], $3::int4[]) AS k(namespace, name, keep)
+				WHERE t.namespace = r.namespace AND t.name = r.name AND t.fencing_token = r.fencing_token
+					AND k.namespace = r.namespace AND k.name = r.name AND r.n > k.keep`,
+				updates.ended.namespaces, updates.ended.names, updates.ended.keep)
+		}
 	}
 	if len(inserts.idx) > 0 {
 		batch.Queue(`INSERT INTO leases (`+leaseColumns+`)
-			SELECT namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked, 1
+			SELECT namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked,
+				moving, move_to, reserved_for, reserved_except, reserved_until, 1
 			FROM `+leaseArraysTable+`
 			ON CONFLICT (namespace, name) DO NOTHING
 			RETURNING namespace, name, version`, inserts.args()...)
@@ -192,6 +282,11 @@ func (s *Store) PutLeases(ctx context.Context, leases []store.Lease) ([]store.Le
 			}); err != nil {
 				return err
 			}
+			if len(updates.ended.idx) > 0 {
+				if _, err := results.Exec(); err != nil {
+					return err
+				}
+			}
 		}
 		if len(inserts.idx) > 0 {
 			rows, _ := results.Query()
@@ -212,22 +307,29 @@ func (s *Store) PutLeases(ctx context.Context, leases []store.Lease) ([]store.Le
 	if err = errors.Join(err, results.Close()); err != nil {
 		return nil, nil, fmt.Errorf("write %d leases: %w", len(leases), err)
 	}
+	for i := range written {
+		written[i].Ended = nil
+	}
 	return written, errs, nil
 }
 
 // leaseArraysTable reads leaseArrays.args as a table u of leases, each with
 // the version it was read at and its index in the call.
 const leaseArraysTable = `unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int8[],
-	$6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::bool[], $10::int8[], $11::int4[])
-	AS u(namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked, version, idx)`
+	$6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::bool[],
+	$10::bool[], $11::text[], $12::text[], $13::text[], $14::timestamptz[], $15::int8[], $16::int4[])
+	AS u(namespace, name, holder, fencing_token, ttl_micros, acquired_at, renewed_at, expires_at, revoked,
+		moving, move_to, reserved_for, reserved_except, reserved_until, version, idx)`
 
-// leaseArrays are leases column by column, as PostgreSQL's unnest reads them.
+// leaseArrays are leases column by column, as PostgreSQL's unnest reads them,
+// and the terms their writes end.
 type leaseArrays struct {
-	namespaces, names, holders []string
-	tokens, idx                []int32
-	ttls, versions             []int64
-	acquired, renewed, expires []*time.Time
-	revoked                    []bool
+	namespaces, names, holders, moveTo, resFor, resExcept []string
+	tokens, idx                                           []int32
+	ttls, versions                                        []int64
+	acquired, renewed, expires, resUntil                  []*time.Time
+	revoked, moving                                       []bool
+	ended                                                 endedArrays
 }
 
 func (a *leaseArrays) add(i int, l store.Lease) {
@@ -237,11 +339,44 @@ func (a *leaseArrays) add(i int, l store.Lease) {
 	a.acquired = append(a.acquired, nullTime(l.AcquiredAt))
 	a.renewed = append(a.renewed, nullTime(l.RenewedAt))
 	a.expires = append(a.expires, nullTime(l.ExpiresAt))
-	a.revoked = append(a.revoked, l.Revoked)
+	a.revoked, a.moving = append(a.revoked, l.Revoked), append(a.moving, l.Moving)
+	a.moveTo, a.resFor, a.resExcept = append(a.moveTo, l.MoveTo), append(a.resFor, l.Reserved.For), append(a.resExcept, l.Reserved.Except)
+	a.resUntil = append(a.resUntil, nullTime(l.Reserved.Until))
+	if l.Ended != nil {
+		a.ended.add(i, l)
+	}
 }
 
 func (a *leaseArrays) args() []any {
-	return []any{a.namespaces, a.names, a.holders, a.tokens, a.ttls, a.acquired, a.renewed, a.expires, a.revoked, a.versions, a.idx}
+	return []any{a.namespaces, a.names, a.holders, a.tokens, a.ttls, a.acquired, a.renewed, a.expires, a.revoked,
+		a.moving, a.moveTo, a.resFor, a.resExcept, a.resUntil, a.versions, a.idx}
+}
+
+// endedArrays are the terms that writes of a batch end, column by column.
+type endedArrays struct {
+	namespaces, names, holders, endings []string
+	idx, tokens, keep                   []int32
+	acquired, ended                     []*time.Time
+}
+
+func (a *endedArrays) add(i int, l store.Lease) {
+	t := l.Ended
+	a.namespaces, a.names, a.holders = append(a.namespaces, l.Namespace), append(a.names, l.Name), append(a.holders, t.Holder)
+	a.endings, a.idx, a.tokens = append(a.endings, string(t.Ending)), append(a.idx, int32(i)), append(a.tokens, t.FencingToken)
+	a.keep = append(a.keep, int32(t.Keep))
+	a.acquired, a.ended = append(a.acquired, nullTime(t.AcquiredAt)), append(a.ended, nullTime(t.EndedAt))
+}
+
+func (a *endedArrays) args() []any {
+	return []any{a.idx, a.namespaces, a.names, a.tokens, a.holders, a.acquired, a.ended, a.endings}
+}
+
+// endedArraysTable reads endedArrays.args, from parameter $first on, as a
+// table e of terms, each with the index of the write that ends it.
+func endedArraysTable(first int) string {
+	return fmt.Sprintf(`unnest($%d::int4[], $%d::text[], $%d::text[], $%d::int4[], $%d::text[], $%d::timestamptz[], $%d::timestamptz[], $%d::text[])
+		AS e(idx, namespace, name, fencing_token, holder, acquired_at, ended_at, ending)`,
+		first, first+1, first+2, first+3, first+4, first+5, first+6, first+7)
 }
 
 // ListLeases implements store.LeaseStore.
@@ -399,12 +534,15 @@ func scanLease(row pgx.Row, before ...any) (store.Lease, error) {
 		ttl                        int64
 		acquired, renewed, expires *time.Time
 	)
-	dest := append(before, &l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expires, &l.Revoked, &l.Version)
+	var reservedUntil *time.Time
+	dest := append(before, &l.Namespace, &l.Name, &l.Holder, &l.FencingToken, &ttl, &acquired, &renewed, &expires, &l.Revoked,
+		&l.Moving, &l.MoveTo, &l.Reserved.For, &l.Reserved.Except, &reservedUntil, &l.Version)
 	if err := row.Scan(dest...); err != nil {
 		return store.Lease{}, err
 	}
 	l.TTL = time.Duration(ttl) * time.Microsecond
 	l.AcquiredAt, l.RenewedAt, l.ExpiresAt = utc(acquired), utc(renewed), utc(expires)
+	l.Reserved.Until = utc(reservedUntil)
 	return l, nil
 }
 

@@ -80,6 +80,67 @@ var migrations = []migration{
 	CREATE TRIGGER berth_lease_term_changed BEFORE UPDATE ON leases
 		FOR EACH ROW WHEN (OLD.holder IS DISTINCT FROM NEW.holder OR OLD.fencing_token IS DISTINCT FROM NEW.fencing_token)
 		EXECUTE FUNCTION berth_lease_unrevoke();`},
+	// Version 4: moves and reservations (store.Lease.Moving, MoveTo,
+	// Reserved), and lease_terms, the ended terms of every lease
+	// (store.TermStore), each written in the transaction of the lease
+	// write that ended it.
+	//
+	// Additive: binaries of version 3 keep starting on it, and what they do
+	// without knowing the columns is still safe. A move also sets revoked,
+	// so they treat a moving term as the revoked term it is: they renew it
+	// for its holder and never grant it to anyone else. They never set a
+	// reservation, and one of them granting a reserved lease to a cluster
+	// the reservation holds back only makes the grant as it was before
+	// moves existed: a reservation only ever withholds a grant from a free
+	// lease, so ignoring one cannot overlap two terms. Triggers keep the
+	// marks to their term whichever replica writes: the move mark is
+	// cleared when the holder or token changes (as version 3's does for
+	// revoked), and a reservation when the token changes (a new term used
+	// or ignored it); the end of a term by a newer replica changes the
+	// holder and sets the reservation in the same update, which the
+	// triggers leave alone. A reservation's change (the sweep clearing one
+	// that ran out) notifies leaseChannel like a change of holder, so that
+	// every replica's long polls wake the clusters it held back. Terms that
+	// a version 3 replica ends are missing from the history.
+	{additive: true, sql: `ALTER TABLE leases
+		ADD COLUMN moving boolean NOT NULL DEFAULT false,
+		ADD COLUMN move_to text NOT NULL DEFAULT '',
+		ADD COLUMN reserved_for text NOT NULL DEFAULT '',
+		ADD COLUMN reserved_except text NOT NULL DEFAULT '',
+		ADD COLUMN reserved_until timestamptz;
+	CREATE TABLE lease_terms (
+		namespace     text        NOT NULL,
+		name          text        NOT NULL,
+		fencing_token integer     NOT NULL,
+		holder        text        NOT NULL,
+		acquired_at   timestamptz,
+		ended_at      timestamptz,
+		ending        text        NOT NULL,
+		PRIMARY KEY (namespace, name, fencing_token)
+	);
+	CREATE FUNCTION berth_lease_unmove() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		NEW.moving := false;
+		NEW.move_to := '';
+		RETURN NEW;
+	END $$;
+	CREATE TRIGGER berth_lease_move_ended BEFORE UPDATE ON leases
+		FOR EACH ROW WHEN (OLD.holder IS DISTINCT FROM NEW.holder OR OLD.fencing_token IS DISTINCT FROM NEW.fencing_token)
+		EXECUTE FUNCTION berth_lease_unmove();
+	CREATE FUNCTION berth_lease_unreserve() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		NEW.reserved_for := '';
+		NEW.reserved_except := '';
+		NEW.reserved_until := NULL;
+		RETURN NEW;
+	END $$;
+	CREATE TRIGGER berth_lease_reservation_used BEFORE UPDATE ON leases
+		FOR EACH ROW WHEN (OLD.fencing_token IS DISTINCT FROM NEW.fencing_token)
+		EXECUTE FUNCTION berth_lease_unreserve();
+	CREATE TRIGGER berth_lease_reservation_changed AFTER UPDATE ON leases
+		FOR EACH ROW WHEN (OLD.holder IS NOT DISTINCT FROM NEW.holder AND OLD.fencing_token IS NOT DISTINCT FROM NEW.fencing_token
+			AND OLD.reserved_until IS DISTINCT FROM NEW.reserved_until)
+		EXECUTE FUNCTION berth_lease_changed();`},
 }
 
 // minReader is the oldest schema version a binary may know and still work

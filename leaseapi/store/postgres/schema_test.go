@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,8 +41,8 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'berth_lease_%'`).Scan(&triggers); err != nil {
 		t.Fatal(err)
 	}
-	if version != len(migrations) || reader != 1 || triggers != 3 {
-		t.Errorf("after the upgrade: version %d, min_reader %d, %d triggers; want %d, 1, 3", version, reader, triggers, len(migrations))
+	if version != len(migrations) || reader != 1 || triggers != 6 {
+		t.Errorf("after the upgrade: version %d, min_reader %d, %d triggers; want %d, 1, 6", version, reader, triggers, len(migrations))
 	}
 	if err := verifyOnly(t, dsn); err != nil {
 		t.Errorf("verify-only after the upgrade: %v", err)
@@ -100,5 +101,67 @@ func TestOlderReplicaClearsTheMark(t *testing.T) {
 	older("west", 2) // a new term on a record the sweep had not freed
 	if revoked() {
 		t.Fatalf("the mark outlived an older replica's new term")
+	}
+}
+
+// TestOlderReplicaClearsMoveAndReservation: a binary of schema version 3
+// writes leases without the move and reservation columns. Its renewal keeps
+// a moving term's mark; its release clears it (migration 4's trigger); its
+// new term clears a reservation it did not know of; and the newer binary's
+// end of a moved term keeps the reservation it writes.
+func TestOlderReplicaClearsMoveAndReservation(t *testing.T) {
+	dsn := pgtest.Start(t).NewDatabase(t)
+	s, err := Open(t.Context(), dsn, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	l, err := s.PutLease(t.Context(), store.Lease{Namespace: "ns", Name: "a", Holder: "east", FencingToken: 1, Revoked: true, Moving: true, MoveTo: "west"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := func(holder string, token int32) {
+		t.Helper()
+		if _, err := s.pool.Exec(t.Context(), `UPDATE leases SET holder = $1, fencing_token = $2, revoked = false, version = version + 1
+			WHERE namespace = 'ns' AND name = 'a'`, holder, token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func() store.Lease {
+		t.Helper()
+		got, err := s.GetLease(t.Context(), "ns", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if _, err := s.pool.Exec(t.Context(), `UPDATE leases SET version = version + 1`); err != nil { // an older renewal
+		t.Fatal(err)
+	}
+	if got := get(); !got.Moving || got.MoveTo != "west" {
+		t.Fatalf("an older replica's renewal cleared the move: %+v", got)
+	}
+	older("", 1) // a release
+	if got := get(); got.Moving || got.MoveTo != "" {
+		t.Fatalf("the move outlived an older replica's release: %+v", got)
+	}
+
+	// The newer binary ends a moved term: the reservation it writes stays.
+	l = get()
+	l.Holder, l.Revoked, l.Moving, l.MoveTo = "east", true, true, "west"
+	if l, err = s.PutLease(t.Context(), l); err != nil {
+		t.Fatal(err)
+	}
+	l.Holder, l.Revoked, l.Moving, l.MoveTo = "", false, false, ""
+	l.Reserved = store.Reservation{For: "west", Until: l.ExpiresAt.Add(time.Hour).UTC().Truncate(time.Microsecond)}
+	if l, err = s.PutLease(t.Context(), l); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(); got.Reserved != l.Reserved {
+		t.Fatalf("a newer replica's end of a moved term: reservation %+v, want %+v", got.Reserved, l.Reserved)
+	}
+	older("south", 2) // a new term, granted against the reservation it did not know
+	if got := get(); !got.Reserved.IsZero() {
+		t.Fatalf("the reservation outlived an older replica's new term: %+v", got)
 	}
 }

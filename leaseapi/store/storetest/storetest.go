@@ -36,6 +36,8 @@ func Run(t *testing.T, open OpenFunc) {
 		"cordoned cluster":                 testCordonedCluster,
 		"lease feed":                       testLeaseFeed,
 		"revocation":                       testRevocation,
+		"move and reservation":             testMove,
+		"term history":                     testHistory,
 		"batch reads and writes":           testBatchReadWrite,
 		"batch writes from one version":    testBatchOneVersion,
 		"batch renewal":                    testBatchRenewal,
@@ -604,4 +606,23 @@ func testLeaseFeed(t *testing.T, open OpenFunc) {
 	if a.err != nil || a.l.Holder != "" || a.took > 15*time.Second {
 		t.Errorf("the other server's long poll answered %+v, %v after %s; want the released lease well before its 30s TTL", a.l, a.err, a.took)
 	}
+
+	// A reservation's end is reported too: the sweep's write that clears
+	// it wakes the clusters it held back, whichever replica they wait on.
+	f.register(t, "east", "west")
+	d = f.acquire(t, "east", 30*time.Second)
+	if _, err := f.svc.Move(f.ctx, key, "east", d.Next.FencingToken, "west"); err != nil {
+		t.Fatal(err)
+	}
+	f.release(t, "east", d.Next.FencingToken)
+	awaitReport("the moved term's release", isKey)
+	time.Sleep(500 * time.Millisecond)
+	for len(reports) > 0 {
+		<-reports
+	}
+	f.clock.Step(time.Minute)
+	if _, err := f.svc.Sweep(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitReport("the end of the reservation", isKey)
 }
