@@ -98,7 +98,7 @@ func (r *BerthLeaseReconciler) acquireFor(ctx context.Context, m *memory) {
 	spec := m.waiting
 	ready := spec != nil && m.tenure.term == nil && !m.tenure.holds()
 	m.mu.Unlock()
-	if !ready {
+	if !ready || m.holdingOff(r.Clock.Now()) {
 		return
 	}
 	if r.Membership != nil {

@@ -253,6 +253,10 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 	)
 	switch c {
 	case CallAcquire:
+		if mem.holdingOff(req.sent) {
+			log.V(1).Info("not asking for the lease yet: this cluster gave up its fenced term, and the others go first")
+			return
+		}
 		res, err = r.LeaseClient.Acquire(ctx, ns, name, req.holder, req.ttl)
 		if err == nil && res.Revoked && res.Holder == req.holder && res.FencingToken == mem.givenUp.Load() {
 			// This cluster's own term, which it gave up by revoking it
@@ -270,7 +274,7 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 		}
 		if fencedTerm(bl, p, mem, req.token) {
 			if err = r.LeaseClient.Revoke(ctx, ns, name, req.holder, req.token); err == nil {
-				mem.givenUp.Store(req.token)
+				mem.gaveUp(req.token, req.sent.Add(req.ttl+req.heartbeat))
 			}
 		} else {
 			err = r.LeaseClient.Release(ctx, ns, name, req.holder, req.token)

@@ -48,6 +48,14 @@ type memory struct {
 	// revoking it: until it expires, an acquire finds it held by this
 	// cluster, revoked, and that is a term to wait out, not one to hand over.
 	givenUp atomic.Int32
+	// holdOffUntil (Unix nanoseconds on the reconciler's clock): after giving
+	// a fenced term up, this cluster does not ask for the lease again until
+	// that term has surely ended and a heartbeat more has passed, so that the
+	// clusters woken by its end take it first. Without it, the cluster the
+	// term was revoked from (or that was cordoned, or whose BerthLease was
+	// made anew) would race them for the lease at the term's expiry, and
+	// could win it back. Only ever delays an acquire.
+	holdOffUntil atomic.Int64
 	// last is the BerthLease as last read: what is known of it if it
 	// vanishes (reconcileGone).
 	last *berthv1alpha1.BerthLease
@@ -374,4 +382,17 @@ func (t tenure) carriedOver() tenure {
 		revoked:      t.revoked,
 		observed:     t.observed,
 	}
+}
+
+// gaveUp records that this cluster gave up the fenced term of token by
+// revoking it, and holds its next acquire off until until.
+func (m *memory) gaveUp(token int32, until time.Time) {
+	m.givenUp.Store(token)
+	m.holdOffUntil.Store(until.UnixNano())
+}
+
+// holdingOff reports whether this cluster lets the others take the lease
+// first at now (holdOffUntil).
+func (m *memory) holdingOff(now time.Time) bool {
+	return now.UnixNano() < m.holdOffUntil.Load()
 }
