@@ -43,6 +43,22 @@ type ReleaseRequest struct {
 	FencingToken int32  `json:"fencingToken"`
 }
 
+// MoveRequest is the body of POST .../leases/{name}/move: move the live
+// term of Holder with FencingToken to cluster To, or, with To empty, to any
+// cluster but the holder's.
+type MoveRequest struct {
+	Holder       string `json:"holder"`
+	FencingToken int32  `json:"fencingToken"`
+	To           string `json:"to,omitempty"`
+}
+
+// Move is a term being moved: From is the holder's cluster, To the cluster
+// the lease goes to next (empty: any cluster but From).
+type Move struct {
+	From string `json:"from"`
+	To   string `json:"to,omitempty"`
+}
+
 // BatchRenewRequest is the body of POST /v1alpha1/renewals: one holder's
 // renewals of many leases in one request, each as POST .../renew would make
 // it.
@@ -76,8 +92,12 @@ type BatchRenewResult struct {
 // AcquireResponse answers acquire and renew. Acquired is false when another
 // holder has the lease (or, for renew, when the caller lost it); Holder and
 // FencingToken then describe the current state. Revoked is true when that
-// state is a term an administrator revoked: a caller that finds itself the
-// holder of a revoked term must stop and release it with its token.
+// state is a term an administrator revoked (or moved: Move): a caller that
+// finds itself the holder of a revoked term must stop and release it with
+// its token. An acquire of a free lease that a reservation withholds from
+// the caller is answered like one of a held lease (Acquired false, Holder
+// empty), with the reservation and a Message saying so: wait, as for a
+// held lease, until the lease changes or ReservedUntil.
 type AcquireResponse struct {
 	Acquired     bool      `json:"acquired"`
 	Holder       string    `json:"holder"`
@@ -86,12 +106,26 @@ type AcquireResponse struct {
 	RenewedAt    time.Time `json:"renewedAt,omitzero"`
 	ExpiresAt    time.Time `json:"expiresAt,omitzero"`
 	Revoked      bool      `json:"revoked,omitempty"`
+	Move         *Move     `json:"move,omitempty"`
+	Reservation
+	Message string `json:"message,omitempty"`
+}
+
+// Reservation is who may be granted a free lease next, after a moved term
+// ended: until ReservedUntil only holders of cluster ReservedFor, or of any
+// cluster but ReservedExcept. All empty when nothing is reserved.
+type Reservation struct {
+	ReservedFor    string    `json:"reservedFor,omitempty"`
+	ReservedExcept string    `json:"reservedExcept,omitempty"`
+	ReservedUntil  time.Time `json:"reservedUntil,omitzero"`
 }
 
 // Lease is the record answered by GET and list. Holder is empty when the lease
 // is free; FencingToken is the last token granted and never goes back.
 // Revoked: an administrator revoked the holder's term, which ends when the
-// holder releases it or at ExpiresAt, and is not renewed.
+// holder releases it or at ExpiresAt, and is not renewed. Move: the term is
+// being moved (it is revoked too). The Reservation fields: the free lease
+// is reserved after a moved term ended.
 type Lease struct {
 	Namespace    string    `json:"namespace"`
 	Name         string    `json:"name"`
@@ -102,6 +136,33 @@ type Lease struct {
 	RenewedAt    time.Time `json:"renewedAt,omitzero"`
 	ExpiresAt    time.Time `json:"expiresAt,omitzero"`
 	Revoked      bool      `json:"revoked,omitempty"`
+	Move         *Move     `json:"move,omitempty"`
+	Reservation
+}
+
+// Term is one term of a lease's history. EndedAt and Ending are empty for
+// the live term; Ending is one of the Term* constants.
+type Term struct {
+	Holder       string    `json:"holder"`
+	FencingToken int32     `json:"fencingToken"`
+	AcquiredAt   time.Time `json:"acquiredAt,omitzero"`
+	EndedAt      time.Time `json:"endedAt,omitzero"`
+	Ending       string    `json:"ending,omitempty"`
+}
+
+// How a term ended: released by its holder, expired, revoked (and then
+// released or expired), moved (and then released or expired).
+const (
+	TermReleased = "released"
+	TermExpired  = "expired"
+	TermRevoked  = "revoked"
+	TermMoved    = "moved"
+)
+
+// TermList answers GET .../leases/{name}/history: newest first, the live
+// term (if any) first.
+type TermList struct {
+	Items []Term `json:"items"`
 }
 
 // LeaseList answers GET /v1alpha1/leases. Continue is empty on the last page.

@@ -134,6 +134,23 @@ func (r *ReleaseRequest) Validate() error {
 	return errors.Join(validateHolder(r.Holder), validateToken(r.FencingToken))
 }
 
+// Validate checks a move: a release request, and a destination (when
+// given) that is a cluster id other than the holder's own cluster (the
+// holder up to its first "/").
+func (r *MoveRequest) Validate() error {
+	errs := []error{validateHolder(r.Holder), validateToken(r.FencingToken)}
+	if r.To != "" {
+		own, _, _ := strings.Cut(r.Holder, "/")
+		switch err := ValidateClusterID(r.To); {
+		case err != nil:
+			errs = append(errs, &FieldError{Field: "to", Reason: strings.TrimPrefix(err.Error(), "id: ")})
+		case r.To == own:
+			errs = append(errs, &FieldError{Field: "to", Reason: fmt.Sprintf("must not be the holder's own cluster %q", own)})
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Validate checks a cluster registration.
 func (r *ClusterRegistration) Validate() error {
 	var errs []error

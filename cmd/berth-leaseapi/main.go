@@ -16,7 +16,9 @@ import (
 
 	"github.com/berthfleet/berth/cmd/internal/flags"
 	"github.com/berthfleet/berth/cmd/internal/logging"
+	"github.com/berthfleet/berth/leaseapi/lease"
 	"github.com/berthfleet/berth/leaseapi/server"
+	"github.com/berthfleet/berth/leaseapi/store/kubernetes"
 )
 
 // version is stamped at build time (-ldflags "-X main.version=...").
@@ -86,6 +88,8 @@ type options struct {
 	limits server.Limits
 	// watch bounds watch streams.
 	watch server.WatchOptions
+	// historyTerms is how many ended terms of each lease are kept.
+	historyTerms int
 	// showVersion prints the version and exits.
 	showVersion bool
 }
@@ -113,6 +117,7 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&o.watch.MaxWatches, "max-watches", server.DefaultMaxWatches, "most watch streams open at once; more are answered 429")
 	fs.IntVar(&o.watch.MaxWatchesPerSubject, "max-watches-per-subject", server.DefaultMaxWatchesPerSubject, "most watch streams one subject may have open; more are answered 429")
 	fs.DurationVar(&o.watch.MaxDuration, "watch-max-duration", server.DefaultMaxWatchDuration, "longest a watch stream lasts (less up to a tenth, at random) before its client resumes, so that streams rebalance across replicas")
+	fs.IntVar(&o.historyTerms, "history-terms", lease.DefaultHistoryTerms, fmt.Sprintf("ended terms of each lease kept for GET .../history, the oldest dropped on each write that ends a term (0: none recorded; at most %d, and %d with --store kubernetes)", maxHistoryTerms, kubernetes.MaxHistoryTerms))
 	flags.Version(fs, &o.showVersion)
 }
 
@@ -135,7 +140,25 @@ func (o *options) checkLimits() error {
 	if w := o.watch; w.MaxWatches <= 0 || w.MaxWatchesPerSubject <= 0 || w.MaxDuration <= 0 {
 		return usageError("--max-watches, --max-watches-per-subject and --watch-max-duration must be positive")
 	}
+	if o.historyTerms < 0 || o.historyTerms > maxHistoryTerms {
+		return usageError("--history-terms must be between 0 and %d, got %d", maxHistoryTerms, o.historyTerms)
+	}
+	if o.store == "kubernetes" && o.historyTerms > kubernetes.MaxHistoryTerms {
+		return usageError("--history-terms must be at most %d with --store kubernetes (the terms live in an annotation of each Lease), got %d", kubernetes.MaxHistoryTerms, o.historyTerms)
+	}
 	return nil
+}
+
+// maxHistoryTerms bounds --history-terms: a history is read whole.
+const maxHistoryTerms = 1000
+
+// serviceHistoryTerms is --history-terms as lease.Options has it (negative:
+// none).
+func (o *options) serviceHistoryTerms() int {
+	if o.historyTerms == 0 {
+		return -1
+	}
+	return o.historyTerms
 }
 
 func usageError(format string, args ...any) error {

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/berthfleet/berth/cmd/internal/flags"
 	"github.com/berthfleet/berth/cmd/internal/logging"
+	"github.com/berthfleet/berth/leaseapi/lease"
 	"github.com/berthfleet/berth/leaseapi/server"
 )
 
@@ -18,7 +20,7 @@ func TestParseFlags(t *testing.T) {
 		limits: server.Limits{ReadHeaderTimeout: server.DefaultReadHeaderTimeout, BodyReadTimeout: server.DefaultBodyReadTimeout,
 			IdleTimeout: server.DefaultIdleTimeout, MaxHeaderBytes: server.DefaultMaxHeaderBytes},
 		watch: server.WatchOptions{MaxWatches: server.DefaultMaxWatches, MaxWatchesPerSubject: server.DefaultMaxWatchesPerSubject,
-			MaxDuration: server.DefaultMaxWatchDuration}}
+			MaxDuration: server.DefaultMaxWatchDuration}, historyTerms: lease.DefaultHistoryTerms}
 	with := func(f func(*options)) options { o := defaults; f(&o); return o }
 	cases := map[string]struct {
 		args     []string
@@ -38,6 +40,11 @@ func TestParseFlags(t *testing.T) {
 			want:     with(func(o *options) { o.tokenFile, o.serviceAccountKeysDir = "tokens", "/etc/berth/cluster-keys" }),
 			wantLogs: logging.Options{Format: logging.FormatJSON},
 		},
+		"history off": {
+			args:     []string{"--history-terms", "0"},
+			want:     with(func(o *options) { o.historyTerms = 0 }),
+			wantLogs: logging.Options{Format: logging.FormatJSON},
+		},
 		"-v 4":          {args: []string{"-v", "4"}, want: defaults, wantLogs: logging.Options{Format: logging.FormatJSON, Verbosity: 4}},
 		"text at --v=1": {args: []string{"--log-format=text", "--v=1"}, want: defaults, wantLogs: logging.Options{Format: logging.FormatText, Verbosity: 1}},
 	}
@@ -52,6 +59,45 @@ func TestParseFlags(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantLogs, *logs); diff != "" {
 				t.Errorf("logging options (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestHistoryTermsBounds: --history-terms is refused outside its bounds,
+// and past the annotation's room with --store kubernetes; 0 turns recording
+// off (lease.Options has that as negative).
+func TestHistoryTermsBounds(t *testing.T) {
+	cases := map[string]struct {
+		args        []string
+		wantErr     string
+		wantService int
+	}{
+		"default":                   {wantService: lease.DefaultHistoryTerms},
+		"off":                       {args: []string{"--history-terms=0"}, wantService: -1},
+		"at the bound":              {args: []string{"--history-terms=1000"}, wantService: 1000},
+		"negative":                  {args: []string{"--history-terms=-1"}, wantErr: "--history-terms must be between 0 and 1000"},
+		"past the bound":            {args: []string{"--history-terms=1001"}, wantErr: "--history-terms must be between 0 and 1000"},
+		"past the Kubernetes bound": {args: []string{"--store=kubernetes", "--history-terms=201"}, wantErr: "at most 200 with --store kubernetes"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o, _, err := parseFlags(tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = o.checkLimits()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("checkLimits() = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := o.serviceHistoryTerms(); got != tc.wantService {
+				t.Errorf("service history terms = %d, want %d", got, tc.wantService)
 			}
 		})
 	}

@@ -75,7 +75,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 
 	metrics := server.NewMetrics()
 	st := metrics.InstrumentStore(backend)
-	var svcOpts lease.Options
+	svcOpts := lease.Options{HistoryTerms: o.serviceHistoryTerms()}
 	if c, ok := backend.(sharedClock); ok {
 		// Replicas share the store: all of them judge terms by its clock.
 		svcOpts.StoreClock = c

@@ -147,6 +147,70 @@ func (s *Server) endTerm(w http.ResponseWriter, r *http.Request, p Principal, re
 	return nil
 }
 
+// move asks the holder of a live term to hand it over to another cluster
+// (lease.DecideMove): the term is revoked, so that its holder stops and
+// releases it as for a revocation, and when it ends the lease is reserved
+// for the destination. An administrator or the holder's own subject may
+// ask (the holder's agent moves its own term to fail back). The answer is
+// the lease as it is after the move.
+func (s *Server) move(w http.ResponseWriter, r *http.Request, p Principal) error {
+	key, err := keyOf(r)
+	if err != nil {
+		return err
+	}
+	var req leaseapi.MoveRequest
+	if err := decodeValid(r, &req); err != nil {
+		return err
+	}
+	if !p.mayHold(req.Holder) && !p.Admin {
+		return forbiddenHolder(p, req.Holder)
+	}
+	d, err := s.Service.Move(r.Context(), key, req.Holder, req.FencingToken, req.To)
+	if err != nil {
+		return err
+	}
+	s.Metrics.observeDecision(d)
+	if d.Outcome == lease.OutcomeMoved && d.Write {
+		s.Log.Info("lease moved", "lease", key.String(), "holder", req.Holder, "token", req.FencingToken, "to", req.To,
+			"expiresAt", d.Next.ExpiresAt, "subject", p.Subject)
+	}
+	writeJSON(w, http.StatusOK, wireLease(d.Next))
+	return nil
+}
+
+// Bounds of a history read.
+const (
+	defaultHistoryLimit = 100
+	maxHistoryLimit     = 1000
+)
+
+// history answers the terms of a lease, newest first, the live one first.
+func (s *Server) history(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	key, err := keyOf(r)
+	if err != nil {
+		return err
+	}
+	limit := defaultHistoryLimit
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxHistoryLimit {
+			return &leaseapi.FieldError{Field: "limit", Reason: fmt.Sprintf("must be an integer between 1 and %d", maxHistoryLimit)}
+		}
+		limit = n
+	}
+	entries, err := s.Service.History(r.Context(), key, limit)
+	if err != nil {
+		return err
+	}
+	out := leaseapi.TermList{Items: make([]leaseapi.Term, 0, len(entries))}
+	for _, e := range entries {
+		out.Items = append(out.Items, leaseapi.Term{Holder: e.Holder, FencingToken: e.FencingToken,
+			AcquiredAt: e.AcquiredAt, EndedAt: e.EndedAt, Ending: string(e.Ending)})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
 func (s *Server) getLease(w http.ResponseWriter, r *http.Request, _ Principal) error {
 	key, err := keyOf(r)
 	if err != nil {
@@ -327,16 +391,41 @@ func seconds(n int32) time.Duration { return time.Duration(n) * time.Second }
 
 func acquireResponse(d lease.Decision) leaseapi.AcquireResponse {
 	l := d.Next
-	return leaseapi.AcquireResponse{
+	res := leaseapi.AcquireResponse{
 		Acquired: d.Held(), Holder: l.Holder, FencingToken: l.FencingToken,
 		AcquiredAt: l.AcquiredAt, RenewedAt: l.RenewedAt, ExpiresAt: l.ExpiresAt, Revoked: l.Revoked,
+		Move: wireMove(l), Reservation: wireReservation(l.Reserved),
 	}
+	if d.Outcome == lease.OutcomeHeldByOther && l.Holder == "" {
+		res.Message = reservationMessage(l.Reserved)
+	}
+	return res
+}
+
+// reservationMessage says why a free lease was not granted.
+func reservationMessage(r store.Reservation) string {
+	until := r.Until.Format(time.RFC3339)
+	if r.For != "" {
+		return fmt.Sprintf("lease is reserved for cluster %s until %s (a move's destination)", r.For, until)
+	}
+	return fmt.Sprintf("lease is reserved for any cluster but %s until %s (a move away from it)", r.Except, until)
 }
 
 func wireLease(l store.Lease) leaseapi.Lease {
 	return leaseapi.Lease{
 		Namespace: l.Namespace, Name: l.Name, Holder: l.Holder, FencingToken: l.FencingToken,
 		TTLSeconds: int32(l.TTL / time.Second), AcquiredAt: l.AcquiredAt, RenewedAt: l.RenewedAt, ExpiresAt: l.ExpiresAt,
-		Revoked: l.Revoked,
+		Revoked: l.Revoked, Move: wireMove(l), Reservation: wireReservation(l.Reserved),
 	}
+}
+
+func wireMove(l store.Lease) *leaseapi.Move {
+	if !l.Moving || l.Holder == "" {
+		return nil
+	}
+	return &leaseapi.Move{From: lease.ClusterOf(l.Holder), To: l.MoveTo}
+}
+
+func wireReservation(r store.Reservation) leaseapi.Reservation {
+	return leaseapi.Reservation{ReservedFor: r.For, ReservedExcept: r.Except, ReservedUntil: r.Until}
 }

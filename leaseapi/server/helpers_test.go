@@ -362,6 +362,13 @@ func (s *faultyStore) ListClusters(ctx context.Context) ([]store.Cluster, error)
 	return s.Store.ListClusters(ctx)
 }
 
+func (s *faultyStore) ListTerms(ctx context.Context, namespace, name string, limit int) ([]store.Term, error) {
+	if err := s.injected("ListTerms"); err != nil {
+		return nil, err
+	}
+	return s.Store.(store.TermStore).ListTerms(ctx, namespace, name, limit)
+}
+
 func (s *faultyStore) Ping(ctx context.Context) error {
 	if err := s.injected("Ping"); err != nil {
 		return err

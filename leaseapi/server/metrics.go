@@ -49,7 +49,7 @@ func NewMetrics() *Metrics {
 		}, []string{"route"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "berth_leaseapi_outcomes_total",
-			Help: "Lease and registry requests by outcome: acquired, held-by-other, renewed, lost, released, revoked, conflict, unauthorized, invalid, error.",
+			Help: "Lease and registry requests by outcome: acquired, held-by-other, renewed, lost, released, revoked, moved, conflict, unauthorized, invalid, error.",
 		}, []string{"outcome"}),
 		batchLeases: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "berth_leaseapi_batch_renewal_leases",
@@ -198,6 +198,19 @@ func (s *instrumentedStore) PutCluster(ctx context.Context, c store.Cluster) (st
 func (s *instrumentedStore) ListClusters(ctx context.Context) ([]store.Cluster, error) {
 	defer s.observe("list_clusters", time.Now())
 	return s.Store.ListClusters(ctx)
+}
+
+var _ store.TermStore = (*instrumentedStore)(nil)
+
+// ListTerms passes store.TermStore on: the wrapped store's terms, or none
+// when it keeps none.
+func (s *instrumentedStore) ListTerms(ctx context.Context, namespace, name string, limit int) ([]store.Term, error) {
+	ts, ok := s.Store.(store.TermStore)
+	if !ok {
+		return nil, nil
+	}
+	defer s.observe("list_terms", time.Now())
+	return ts.ListTerms(ctx, namespace, name, limit)
 }
 
 func (s *instrumentedStore) Ping(ctx context.Context) error {

@@ -93,6 +93,8 @@ func (s *Server) routes() http.Handler {
 		{method: http.MethodPost, pattern: leaseRoute + "/renew", handle: s.renew},
 		{method: http.MethodPost, pattern: leaseRoute + "/release", handle: s.release},
 		{method: http.MethodPost, pattern: leaseRoute + "/revoke", handle: s.revoke},
+		{method: http.MethodPost, pattern: leaseRoute + "/move", handle: s.move},
+		{method: http.MethodGet, pattern: leaseRoute + "/history", handle: s.history},
 		{method: http.MethodGet, pattern: leaseRoute, handle: s.getLease},
 		{method: http.MethodGet, pattern: leaseRoute + "/confirmation", handle: s.confirm, serviceAccounts: confirmationScope},
 		{method: http.MethodPost, pattern: "/v1alpha1/renewals", handle: s.renewBatch, maxBody: leaseapi.MaxBatchBodyBytes},
@@ -270,7 +272,8 @@ func classify(err error) (code int, msg, outcome string) {
 	case errors.Is(err, errTooManyWatches):
 		return http.StatusTooManyRequests, err.Error(), ""
 	case errors.Is(err, lease.ErrNotHolder), errors.Is(err, lease.ErrTokensExhausted),
-		errors.Is(err, lease.ErrCordoned), errors.Is(err, lease.ErrFingerprintConflict):
+		errors.Is(err, lease.ErrCordoned), errors.Is(err, lease.ErrFingerprintConflict),
+		errors.Is(err, lease.ErrMoving), errors.Is(err, lease.ErrMoveTarget):
 		return http.StatusConflict, err.Error(), "conflict"
 	case errors.Is(err, context.Canceled):
 		// The caller went away; 499 as nginx names it, never seen by them.
