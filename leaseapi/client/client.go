@@ -294,6 +294,40 @@ func (c *Client) Revoke(ctx context.Context, namespace, name, holder string, fen
 	return nil
 }
 
+// Move asks the holder of the lease's live term (holder with fencingToken)
+// to hand it over to cluster to (empty: any cluster but the holder's): the
+// term is revoked, its holder stops and releases it, and the lease is then
+// reserved for the destination for one TTL. It returns the lease as the
+// move left it (Move set; a free lease is answered as it is). A term of
+// another holder or token, one already moving elsewhere, or a destination
+// that is not registered or is cordoned is ErrConflict; a destination that
+// is not a cluster id, or is the holder's own cluster, is ErrInvalid. It
+// is retried as Release is: a repeated move changes nothing.
+func (c *Client) Move(ctx context.Context, namespace, name, holder string, fencingToken int32, to string) (leaseapi.Lease, error) {
+	var out leaseapi.Lease
+	err := c.do(ctx, http.MethodPost, leasePath(namespace, name)+"/move",
+		leaseapi.MoveRequest{Holder: holder, FencingToken: fencingToken, To: to}, &out)
+	if err != nil {
+		return leaseapi.Lease{}, fmt.Errorf("move lease %s/%s: %w", namespace, name, err)
+	}
+	return out, nil
+}
+
+// History returns the terms of a lease, newest first, at most limit (zero:
+// the server's default): the live term first (no EndedAt), then the ended
+// terms the server keeps. A lease never acquired is ErrNotFound.
+func (c *Client) History(ctx context.Context, namespace, name string, limit int) ([]leaseapi.Term, error) {
+	path := leasePath(namespace, name) + "/history"
+	if limit > 0 {
+		path += "?limit=" + strconv.Itoa(limit)
+	}
+	var out leaseapi.TermList
+	if err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return nil, fmt.Errorf("history of lease %s/%s: %w", namespace, name, err)
+	}
+	return out.Items, nil
+}
+
 // GetLease returns one lease; ErrNotFound if it was never acquired.
 func (c *Client) GetLease(ctx context.Context, namespace, name string) (leaseapi.Lease, error) {
 	var out leaseapi.Lease

@@ -331,3 +331,59 @@ func TestWatchLeaseAnswersOnExpiry(t *testing.T) {
 		t.Fatalf("watch of a never-seen lease: %v, want ErrNotFound", err)
 	}
 }
+
+// TestMoveAndHistory: Move and History against a real lease API: the
+// holder's own move, the reservation others see, the sentinel errors of the
+// refusals, and the history of the moved term.
+func TestMoveAndHistory(t *testing.T) {
+	ts := leaseapitest.Start(t, leaseapitest.Options{Tokens: map[string]string{"east": "east-token", "ops": "ops-token", "west": "west-token"}, Admins: []string{"ops"}})
+	ctx := t.Context()
+	east := newClient(t, client.Config{URL: ts.URL, Token: "east-token"})
+	west := newClient(t, client.Config{URL: ts.URL, Token: "west-token"})
+	ops := newClient(t, client.Config{URL: ts.URL, Token: "ops-token"})
+	for c, id := range map[*client.Client]string{east: "east", west: "west"} {
+		if _, err := c.RegisterCluster(ctx, id, leaseapi.ClusterRegistration{Fingerprint: "uid-" + id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ops.History(ctx, "ns", "db", 0); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("history of a lease never seen: %v, want ErrNotFound", err)
+	}
+	term, err := east.Acquire(ctx, "ns", "db", "east", time.Minute)
+	if err != nil || !term.Acquired {
+		t.Fatalf("acquire: %+v, %v", term, err)
+	}
+	for to, want := range map[string]error{"east": client.ErrInvalid, "north": client.ErrConflict} {
+		if _, err := ops.Move(ctx, "ns", "db", "east", term.FencingToken, to); !errors.Is(err, want) {
+			t.Errorf("move to %s: %v, want %v", to, err, want)
+		}
+	}
+	if _, err := west.Move(ctx, "ns", "db", "east", term.FencingToken, "west"); !errors.Is(err, client.ErrForbidden) {
+		t.Errorf("move of another cluster's term by a non-admin: %v, want ErrForbidden", err)
+	}
+	moved, err := east.Move(ctx, "ns", "db", "east", term.FencingToken, "west")
+	if err != nil || moved.Move == nil || moved.Move.To != "west" || moved.Move.From != "east" || !moved.Revoked {
+		t.Fatalf("move: %+v, %v; want revoked and moving from east to west", moved, err)
+	}
+	if err := east.Release(ctx, "ns", "db", "east", term.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	refused, err := east.Acquire(ctx, "ns", "db", "east/other", time.Minute)
+	if err != nil || refused.Acquired || refused.ReservedFor != "west" || refused.ReservedUntil.IsZero() || refused.Message == "" {
+		t.Fatalf("acquire by east while reserved for west: %+v, %v", refused, err)
+	}
+	next, err := west.Acquire(ctx, "ns", "db", "west", time.Minute)
+	if err != nil || !next.Acquired {
+		t.Fatalf("acquire by the destination: %+v, %v", next, err)
+	}
+	terms, err := east.History(ctx, "ns", "db", 0)
+	if err != nil || len(terms) != 2 {
+		t.Fatalf("history: %+v, %v", terms, err)
+	}
+	if terms[0].Holder != "west" || !terms[0].EndedAt.IsZero() || terms[1].Holder != "east" || terms[1].Ending != leaseapi.TermMoved {
+		t.Errorf("history: %+v; want west's live term, then east's moved one", terms)
+	}
+	if one, err := east.History(ctx, "ns", "db", 1); err != nil || len(one) != 1 {
+		t.Errorf("history limited to 1: %+v, %v", one, err)
+	}
+}
