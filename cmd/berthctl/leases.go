@@ -204,6 +204,130 @@ agent is not running, the term ends at its expiry, never earlier.`,
 	}
 }
 
+func newLeasesMoveCommand(o *globalOptions) *cobra.Command {
+	var to string
+	cmd := &cobra.Command{
+		Use:   "move NAMESPACE/NAME [--to CLUSTER]",
+		Short: "Ask a lease's holder to hand it over to another cluster (administrators, or the holder's own subject)",
+		Long: `Ask a lease's holder to hand it over, and keep the lease for the cluster named by
+--to (or, without --to, for any cluster but the holder's) once it does: the safe
+way to move one lease on purpose.
+
+berthctl reads the lease and moves its current term, named by holder and fencing
+token, so it never acts on a term that began after the read. The term is revoked,
+not freed: its holder's agent stops its Pods (renewing the term until they are
+gone) and then releases the lease. From that release (or the term's expiry, if
+the agent does not release it) the lease is reserved for one TTL of the term (at
+least 5 s): only the destination may acquire it, and the other clusters wait.
+If the destination does not take it in that time, anyone may.
+
+The destination must be registered and not cordoned. A term already moving keeps
+its destination (moving it elsewhere is a conflict); a move without --to of a term
+already moving changes nothing. A free lease is left alone and the command
+succeeds.`,
+		Example: `  berthctl leases move payments/exporter --to west
+  berthctl leases move payments/exporter          # to any other cluster`,
+		Args: exactArgs("NAMESPACE/NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := parseKey(args[0])
+			if err != nil {
+				return err
+			}
+			if to != "" {
+				if err := leaseapi.ValidateClusterID(to); err != nil {
+					return usageErrorf("--to: %w", err)
+				}
+			}
+			c, _, err := o.connect()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := o.withTimeout(cmd.Context())
+			defer cancel()
+			l, err := c.GetLease(ctx, key.Namespace, key.Name)
+			if err != nil {
+				return err
+			}
+			if l.Holder == "" {
+				_, err := fmt.Fprintf(o.out, "lease %s is free (fencing token %d): nothing to move\n", key, l.FencingToken)
+				return err
+			}
+			after, err := c.Move(ctx, key.Namespace, key.Name, l.Holder, l.FencingToken, to)
+			if err != nil {
+				if errors.Is(err, client.ErrConflict) {
+					return fmt.Errorf("%w (look again with `berthctl leases get %s`)", err, key)
+				}
+				return err
+			}
+			_, err = fmt.Fprintln(o.out, moveMessage(key, l, after))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "cluster id to move the lease to (default: any cluster but the holder's)")
+	return cmd
+}
+
+// moveMessage says what a move of term l did, from the lease after it.
+func moveMessage(key leaseapi.Key, l, after leaseapi.Lease) string {
+	if after.Move == nil || after.Holder != l.Holder || after.FencingToken != l.FencingToken {
+		// The term ended between the read and the move.
+		return fmt.Sprintf("lease %s is no longer held by %s with fencing token %d: nothing to move", key, l.Holder, l.FencingToken)
+	}
+	dest := "cluster " + after.Move.To
+	if after.Move.To == "" {
+		dest = "any cluster but " + after.Move.From
+	}
+	reserve := max(time.Duration(after.TTLSeconds)*time.Second, 5*time.Second)
+	return fmt.Sprintf("lease %s moving: the holder %s (fencing token %d) stops its Pods and releases the lease, which is then reserved for %s for %s; "+
+		"if its agent does not release it, the term ends at %s and the reservation starts then",
+		key, l.Holder, l.FencingToken, dest, reserve, after.ExpiresAt.Format(time.RFC3339))
+}
+
+func newLeasesHistoryCommand(o *globalOptions) *cobra.Command {
+	var (
+		limit  int
+		output outputFormat
+	)
+	cmd := &cobra.Command{
+		Use:   "history NAMESPACE/NAME [--limit N]",
+		Short: "Show a lease's terms, newest first: who held it, when, and how each term ended",
+		Long: `Show a lease's terms, newest first: the live term (if any), then the ended
+terms the lease API keeps (its --history-terms, 20 by default). HOW is how a
+term ended: released by its holder, expired, revoked (by an administrator or
+its holder, then released or expired) or moved (berthctl leases move, or the
+holder's agent failing back).`,
+		Args: exactArgs("NAMESPACE/NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, err := parseKey(args[0])
+			if err != nil {
+				return err
+			}
+			if limit < 0 || limit > maxHistoryLimit {
+				return usageErrorf("--limit must be between 0 (the server's default) and %d, got %d", maxHistoryLimit, limit)
+			}
+			c, _, err := o.connect()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := o.withTimeout(cmd.Context())
+			defer cancel()
+			terms, err := c.History(ctx, key.Namespace, key.Name, limit)
+			if err != nil {
+				return err
+			}
+			list := leaseapi.TermList{Items: terms}
+			now := o.clock.Now()
+			return printObject(o.out, output, list, func(bool) table { return historyTable(terms, now) })
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 0, fmt.Sprintf("show at most N terms (0: the server's default, 100; at most %d)", maxHistoryLimit))
+	bindOutput(cmd.Flags(), &output)
+	return cmd
+}
+
+// maxHistoryLimit is the most terms the server answers at once.
+const maxHistoryLimit = 1000
+
 // parseKey parses a NAMESPACE/NAME argument; a bad key is a usage error.
 func parseKey(s string) (leaseapi.Key, error) {
 	k, err := leaseapi.ParseKey(s)

@@ -98,9 +98,20 @@ func leaseTable(items []leaseapi.Lease, now time.Time, wide bool) table {
 		switch {
 		case holder == "":
 			holder, expires = none, none
+		case l.Move != nil && l.Move.To != "":
+			holder += " (moving to " + l.Move.To + ")"
+		case l.Move != nil:
+			holder += " (moving)"
 		case l.Revoked:
 			// Its holder hands it over; it ends at the latest at EXPIRES.
 			holder += " (revoked)"
+		}
+		if l.Holder == "" && l.ReservedUntil.After(now) {
+			if l.ReservedFor != "" {
+				holder = none + " (reserved for " + l.ReservedFor + ")"
+			} else {
+				holder = none + " (reserved, not " + l.ReservedExcept + ")"
+			}
 		}
 		r := []string{l.Namespace, l.Name, holder, strconv.Itoa(int(l.FencingToken)), expires}
 		if wide {
@@ -111,6 +122,25 @@ func leaseTable(items []leaseapi.Lease, now time.Time, wide bool) table {
 			r = append(r, ttl, ago(now, l.AcquiredAt), ago(now, l.RenewedAt))
 		}
 		t.rows = append(t.rows, r)
+	}
+	return t
+}
+
+// historyTable is the table of a lease's terms as seen at now: when each
+// began and ended (how long ago), how long it lasted, and how it ended; the
+// live term's HOW is "held" and it has lasted until now.
+func historyTable(terms []leaseapi.Term, now time.Time) table {
+	t := table{header: []string{"TOKEN", "HOLDER", "STARTED", "ENDED", "DURATION", "HOW"}}
+	for _, term := range terms {
+		ended, how, end := ago(now, term.EndedAt), term.Ending, term.EndedAt
+		if term.EndedAt.IsZero() {
+			how, end = "held", now
+		}
+		lasted := none
+		if !term.AcquiredAt.IsZero() {
+			lasted = duration.HumanDuration(max(end.Sub(term.AcquiredAt), 0))
+		}
+		t.rows = append(t.rows, []string{strconv.Itoa(int(term.FencingToken)), term.Holder, ago(now, term.AcquiredAt), ended, lasted, how})
 	}
 	return t
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -596,4 +597,105 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 			t.Errorf("help lacks %q", want)
 		}
 	}
+}
+
+func TestLeasesMoveAndHistory(t *testing.T) {
+	s := startServer(t)
+	ctx := t.Context()
+	east, west := s.client(t, "east"), s.client(t, "west")
+	for c, id := range map[*client.Client]string{east: "east", west: "west"} {
+		if _, err := c.RegisterCluster(ctx, id, leaseapi.ClusterRegistration{Fingerprint: "uid-" + id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := east.Acquire(ctx, "payments", "exporter", "east", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("by another cluster exits 5", func(t *testing.T) {
+		wantCode(t, berthctl(t, s.as("west"), "leases", "move", "payments/exporter", "--to", "west"), 5)
+	})
+	t.Run("to an unregistered cluster exits 4 saying so", func(t *testing.T) {
+		r := berthctl(t, s.as("ops"), "leases", "move", "payments/exporter", "--to", "north")
+		wantCode(t, r, 4)
+		if !strings.Contains(r.stderr, "cluster north is not registered") {
+			t.Errorf("stderr %q does not say why", r.stderr)
+		}
+	})
+	t.Run("to a bad cluster id is a usage error", func(t *testing.T) {
+		wantCode(t, berthctl(t, s.as("ops"), "leases", "move", "payments/exporter", "--to", "Not_An_ID"), 2)
+	})
+	t.Run("by an admin moves the term and says what happens", func(t *testing.T) {
+		r := berthctl(t, s.as("ops"), "leases", "move", "payments/exporter", "--to", "west")
+		wantCode(t, r, 0)
+		for _, want := range []string{"moving", "east", "stops its Pods", "reserved for cluster west for 1m0s", held.ExpiresAt.Format(time.RFC3339)} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("stdout %q does not say %q", r.stdout, want)
+			}
+		}
+		l, err := east.GetLease(ctx, "payments", "exporter")
+		if err != nil || l.Move == nil || l.Move.To != "west" || !l.Revoked || l.FencingToken != held.FencingToken {
+			t.Fatalf("lease after the move: %+v, %v; want east's term moving to west", l, err)
+		}
+		r = berthctl(t, s.as("ops"), "leases", "get", "payments/exporter")
+		if _, rows := parseTable(t, strings.ReplaceAll(r.stdout, " (moving to west)", "(moving-to-west)")); rows[0][2] != "east(moving-to-west)" {
+			t.Errorf("leases get shows holder %q, want the move", rows[0][2])
+		}
+	})
+	t.Run("elsewhere while moving exits 4", func(t *testing.T) {
+		r := berthctl(t, s.as("ops"), "leases", "move", "payments/exporter")
+		wantCode(t, r, 0) // without --to: changes nothing
+		ops := s.client(t, "ops")
+		if _, err := ops.RegisterCluster(ctx, "ops", leaseapi.ClusterRegistration{Fingerprint: "uid-ops"}); err != nil {
+			t.Fatal(err)
+		}
+		r = berthctl(t, s.as("ops"), "leases", "move", "payments/exporter", "--to", "ops")
+		wantCode(t, r, 4)
+		if !strings.Contains(r.stderr, "already moving") {
+			t.Errorf("stderr %q does not say the term is already moving", r.stderr)
+		}
+	})
+	t.Run("history shows the moved term after the handover", func(t *testing.T) {
+		if err := east.Release(ctx, "payments", "exporter", "east", held.FencingToken); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := east.Acquire(ctx, "payments", "exporter", "east", time.Minute); err != nil || got.Acquired {
+			t.Fatalf("acquire by east while reserved for west: %+v, %v; want refused", got, err)
+		}
+		next, err := west.Acquire(ctx, "payments", "exporter", "west", time.Minute)
+		if err != nil || !next.Acquired {
+			t.Fatalf("acquire by west: %+v, %v", next, err)
+		}
+		r := berthctl(t, s.as("east"), "leases", "history", "payments/exporter")
+		wantCode(t, r, 0)
+		header, rows := parseTable(t, r.stdout)
+		if diff := cmp.Diff([]string{"TOKEN", "HOLDER", "STARTED", "ENDED", "DURATION", "HOW"}, header); diff != "" {
+			t.Errorf("header (-want +got):\n%s", diff)
+		}
+		if len(rows) != 2 || rows[0][1] != "west" || rows[0][3] != "<none>" || rows[0][5] != "held" ||
+			rows[1][0] != strconv.Itoa(int(held.FencingToken)) || rows[1][1] != "east" || rows[1][5] != "moved" {
+			t.Errorf("history rows %v: want west's live term, then east's moved one", rows)
+		}
+		r = berthctl(t, s.as("east"), "leases", "history", "payments/exporter", "--limit", "1", "-o", "json")
+		wantCode(t, r, 0)
+		var list leaseapi.TermList
+		decodeStrict(t, r.stdout, &list)
+		if len(list.Items) != 1 || list.Items[0].Holder != "west" {
+			t.Errorf("history -o json --limit 1: %+v", list)
+		}
+	})
+	t.Run("history of a lease never seen exits 3", func(t *testing.T) {
+		wantCode(t, berthctl(t, s.as("ops"), "leases", "history", "payments/never"), 3)
+	})
+	t.Run("move of a free lease is a no-op", func(t *testing.T) {
+		if err := west.Release(ctx, "payments", "exporter", "west", held.FencingToken+1); err != nil {
+			t.Fatal(err)
+		}
+		r := berthctl(t, s.as("ops"), "leases", "move", "payments/exporter")
+		wantCode(t, r, 0)
+		if !strings.Contains(r.stdout, "nothing to move") {
+			t.Errorf("stdout %q, want it to say there is nothing to move", r.stdout)
+		}
+	})
 }

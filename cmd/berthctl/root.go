@@ -164,11 +164,11 @@ lease API's wire types. Errors go to stderr as one line starting "berthctl: ".
 
 	leases := &cobra.Command{
 		Use:   "leases",
-		Short: "List, show and release leases",
+		Short: "List, show, release and move leases, and show their history",
 		Args:  cobra.ArbitraryArgs,
 		RunE:  groupRun,
 	}
-	leases.AddCommand(newLeasesListCommand(o), newLeasesGetCommand(o), newLeasesReleaseCommand(o))
+	leases.AddCommand(newLeasesListCommand(o), newLeasesGetCommand(o), newLeasesReleaseCommand(o), newLeasesMoveCommand(o), newLeasesHistoryCommand(o))
 	clusters := &cobra.Command{
 		Use:   "clusters",
 		Short: "List the fleet's clusters",

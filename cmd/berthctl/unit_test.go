@@ -65,6 +65,13 @@ func TestLeaseTable(t *testing.T) {
 		{Namespace: "batch", Name: "nightly", FencingToken: 7},
 		{Namespace: "batch", Name: "stale", Holder: "west/job", FencingToken: 1, ExpiresAt: now.Add(-time.Second)},
 		{Namespace: "batch", Name: "moving", Holder: "west", FencingToken: 4, ExpiresAt: now.Add(5 * time.Second), Revoked: true},
+		{Namespace: "batch", Name: "moved", Holder: "west", FencingToken: 5, ExpiresAt: now.Add(5 * time.Second), Revoked: true,
+			Move: &leaseapi.Move{From: "west", To: "east"}},
+		{Namespace: "batch", Name: "away", Holder: "west", FencingToken: 6, ExpiresAt: now.Add(5 * time.Second), Revoked: true,
+			Move: &leaseapi.Move{From: "west"}},
+		{Namespace: "batch", Name: "reserved", FencingToken: 7, Reservation: leaseapi.Reservation{ReservedFor: "east", ReservedUntil: now.Add(time.Second)}},
+		{Namespace: "batch", Name: "not-west", FencingToken: 8, Reservation: leaseapi.Reservation{ReservedExcept: "west", ReservedUntil: now.Add(time.Second)}},
+		{Namespace: "batch", Name: "ran-out", FencingToken: 9, Reservation: leaseapi.Reservation{ReservedFor: "east", ReservedUntil: now}},
 	}
 	cases := map[string]struct {
 		wide bool
@@ -77,6 +84,11 @@ func TestLeaseTable(t *testing.T) {
 				{"batch", "nightly", "<none>", "7", "<none>"},
 				{"batch", "stale", "west/job", "1", "expired"},
 				{"batch", "moving", "west (revoked)", "4", "5s"},
+				{"batch", "moved", "west (moving to east)", "5", "5s"},
+				{"batch", "away", "west (moving)", "6", "5s"},
+				{"batch", "reserved", "<none> (reserved for east)", "7", "<none>"},
+				{"batch", "not-west", "<none> (reserved, not west)", "8", "<none>"},
+				{"batch", "ran-out", "<none>", "9", "<none>"},
 			},
 		}},
 		"wide": {wide: true, want: table{
@@ -86,6 +98,11 @@ func TestLeaseTable(t *testing.T) {
 				{"batch", "nightly", "<none>", "7", "<none>", "<none>", "<none>", "<none>"},
 				{"batch", "stale", "west/job", "1", "expired", "<none>", "<none>", "<none>"},
 				{"batch", "moving", "west (revoked)", "4", "5s", "<none>", "<none>", "<none>"},
+				{"batch", "moved", "west (moving to east)", "5", "5s", "<none>", "<none>", "<none>"},
+				{"batch", "away", "west (moving)", "6", "5s", "<none>", "<none>", "<none>"},
+				{"batch", "reserved", "<none> (reserved for east)", "7", "<none>", "<none>", "<none>", "<none>"},
+				{"batch", "not-west", "<none> (reserved, not west)", "8", "<none>", "<none>", "<none>", "<none>"},
+				{"batch", "ran-out", "<none>", "9", "<none>", "<none>", "<none>", "<none>"},
 			},
 		}},
 	}
@@ -95,6 +112,26 @@ func TestLeaseTable(t *testing.T) {
 				t.Errorf("table (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestHistoryTable(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	terms := []leaseapi.Term{
+		{Holder: "west", FencingToken: 4, AcquiredAt: now.Add(-90 * time.Second)},
+		{Holder: "east", FencingToken: 3, AcquiredAt: now.Add(-2 * time.Hour), EndedAt: now.Add(-2 * time.Minute), Ending: leaseapi.TermMoved},
+		{Holder: "east/job", FencingToken: 2, AcquiredAt: now.Add(-3 * time.Hour), EndedAt: now.Add(-2*time.Hour - time.Minute), Ending: leaseapi.TermExpired},
+	}
+	want := table{
+		header: []string{"TOKEN", "HOLDER", "STARTED", "ENDED", "DURATION", "HOW"},
+		rows: [][]string{
+			{"4", "west", "90s", "<none>", "90s", "held"},
+			{"3", "east", "120m", "2m", "118m", "moved"},
+			{"2", "east/job", "3h", "121m", "59m", "expired"},
+		},
+	}
+	if diff := cmp.Diff(want, historyTable(terms, now), cmp.AllowUnexported(table{})); diff != "" {
+		t.Errorf("table (-want +got):\n%s", diff)
 	}
 }
 
