@@ -52,6 +52,90 @@ type BerthLeaseSpec struct {
 	// +optional
 	// +kubebuilder:validation:Enum=None;Exec
 	PodFencing PodFencing `json:"podFencing,omitempty"`
+
+	// Placement says where the lease should run: the clusters in order of
+	// preference, and whether it moves back to a more preferred cluster once
+	// that cluster is healthy again (docs/placement.md).
+	// +optional
+	Placement *Placement `json:"placement,omitempty"`
+
+	// Failover hands the lease over when this cluster's Pods do not become
+	// Ready after they are ungated: the workload cannot run here (no
+	// capacity, a crash loop), so another cluster should try.
+	// +optional
+	Failover *Failover `json:"failover,omitempty"`
+}
+
+// Placement is a BerthLease's preference of clusters.
+type Placement struct {
+	// Preferred names the clusters the lease should run on, most preferred
+	// first: each entry a cluster id, or a selector of the labels clusters
+	// register (the agent's --cluster-labels). A cluster that no entry
+	// names comes after every one that is named. Without Failback, the
+	// preference only decides where a failback goes: the first cluster to
+	// ask still takes a free lease.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Preferred []ClusterPreference `json:"preferred,omitempty"`
+
+	// Failback moves the lease from its holder to a more preferred cluster
+	// once that cluster has been healthy (registered, heartbeating, not
+	// cordoned) for the whole stabilization window. The move is a
+	// handover: the holder stops its Pods, gives the term up, and the lease
+	// API reserves the lease for that cluster.
+	// +optional
+	Failback *Failback `json:"failback,omitempty"`
+}
+
+// ClusterPreference names clusters by id or by their labels.
+// +kubebuilder:validation:XValidation:rule="has(self.cluster) != has(self.selector)",message="set exactly one of cluster and selector"
+type ClusterPreference struct {
+	// Cluster is a cluster id (an agent's --cluster-id).
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Cluster string `json:"cluster,omitempty"`
+	// Selector matches the labels a cluster's agent registers.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+}
+
+// Failback is when a lease moves back to a more preferred cluster.
+type Failback struct {
+	// StabilizationSeconds is how long a more preferred cluster must have
+	// been healthy without a break before the lease moves to it, as the
+	// holder's agent saw it: a cluster that keeps failing and coming back
+	// never gets the lease. The holder's agent starts counting anew when it
+	// restarts.
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=5
+	// +kubebuilder:validation:Maximum=86400
+	StabilizationSeconds int32 `json:"stabilizationSeconds,omitempty"`
+}
+
+// Failover is when a holder whose Pods cannot run hands the lease over.
+type Failover struct {
+	// UnreadySeconds is how long a managed Pod may stay not Ready while this
+	// cluster holds the lease (counted from the later of the term's start
+	// and the Pod's creation) before the lease is moved to another cluster.
+	// +kubebuilder:validation:Minimum=5
+	// +kubebuilder:validation:Maximum=86400
+	UnreadySeconds int32 `json:"unreadySeconds"`
+	// MaxMoves bounds the moves of the lease within WindowSeconds, as the
+	// lease API's term history counts them (failbacks and failovers, in any
+	// cluster): a workload that fails everywhere stops circling the fleet
+	// and stays where it is, with a Warning Event.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxMoves int32 `json:"maxMoves,omitempty"`
+	// WindowSeconds is the window of MaxMoves.
+	// +optional
+	// +kubebuilder:default=3600
+	// +kubebuilder:validation:Minimum=60
+	// +kubebuilder:validation:Maximum=604800
+	WindowSeconds int32 `json:"windowSeconds,omitempty"`
 }
 
 // PodFencing says whether a BerthLease's managed Pods fence themselves.
