@@ -606,6 +606,13 @@ func (r *BerthLeaseReconciler) waitInterval(p *observation, t tenure) time.Durat
 		until := time.Until(exp) + 50*time.Millisecond
 		wait = min(wait, max(until, 50*time.Millisecond))
 	}
+	if end := t.observed.ReservedUntil; !end.IsZero() && t.observed.Holder == "" {
+		// Free but reserved for another cluster (a move): ask again when
+		// the reservation runs out, if nothing wakes it sooner (the
+		// destination's new term, or the sweep's clearing write, comes
+		// through the change stream).
+		wait = min(wait, max(time.Until(end)+50*time.Millisecond, 50*time.Millisecond))
+	}
 	return wait
 }
 

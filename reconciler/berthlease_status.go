@@ -268,6 +268,10 @@ func acquiredCondition(in statusInput) metav1.Condition {
 	case mem.observed.Holder != "" && mem.observed.Holder != in.holder:
 		c.Reason = ReasonHeldByOther
 		c.Message = fmt.Sprintf("held by %s with fencing token %d", mem.observed.Holder, mem.observed.FencingToken)
+	case mem.observed.Holder == "" && mem.observed.Message != "":
+		// Free, but reserved for another cluster after a move: wait as
+		// for a held lease, until the reservation is used or runs out.
+		c.Reason, c.Message = ReasonHeldByOther, mem.observed.Message
 	case mem.observed.FencingToken > 0 && mem.observed.Holder == "":
 		c.Reason, c.Message = ReasonReleased, fmt.Sprintf("released with fencing token %d", mem.observed.FencingToken)
 	default:

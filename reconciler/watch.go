@@ -140,12 +140,15 @@ func (r *BerthLeaseReconciler) leaseChanged(ctx context.Context, ev leaseclient.
 
 // news reports whether l says something about the lease that the tenure
 // does not know: another holder, token or revocation than its term's, or,
-// without a term, than the lease API's last answer.
+// without a term, than the lease API's last answer, or the end of a
+// reservation that answer showed (a move's), so that a cluster it held
+// back asks again at once.
 func news(t tenure, l leaseapi.Lease) bool {
 	if t.term != nil {
 		return l.Holder != t.term.Holder || l.FencingToken != t.term.Token || l.Revoked != t.revoked
 	}
-	return l.Holder != t.observed.Holder || l.FencingToken != t.observed.FencingToken || l.Revoked != t.observed.Revoked
+	return l.Holder != t.observed.Holder || l.FencingToken != t.observed.FencingToken || l.Revoked != t.observed.Revoked ||
+		!l.ReservedUntil.Equal(t.observed.ReservedUntil)
 }
 
 // wakeWaiting wakes every remembered BerthLease that holds no term.

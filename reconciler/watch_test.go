@@ -142,3 +142,35 @@ func TestFailureBackoffStaysWithinTheStopPoll(t *testing.T) {
 		t.Errorf("the first retry after a success waits %v, want a few milliseconds", first)
 	}
 }
+
+// TestReservationIsAWait: an acquire refused by a move's reservation (the
+// lease free, reserved for another cluster) is waited out, not retried in a
+// loop: the cluster looks again when the reservation runs out (or at a
+// heartbeat, if sooner), and the stream's report of its end wakes it at once.
+func TestReservationIsAWait(t *testing.T) {
+	w := &wakes{}
+	r := &BerthLeaseReconciler{Wake: w.wake}
+	r.defaults()
+	p := &observation{holder: us, heartbeat: 10 * time.Second}
+	until := time.Now().Add(3 * time.Second)
+	refused := leaseapi.AcquireResponse{FencingToken: 3, Reservation: leaseapi.Reservation{ReservedFor: other, ReservedUntil: until},
+		Message: "lease is reserved for cluster " + other}
+	waiting := with(tenure{started: true}, saw(refused))
+	if got := r.waitInterval(p, waiting); got < 2*time.Second || got > 3100*time.Millisecond {
+		t.Errorf("a cluster refused by a reservation looks again after %v, want about when it runs out (3s)", got)
+	}
+	if got := r.waitInterval(p, with(waiting, func(t *tenure) { t.observed.ReservedUntil = time.Now().Add(time.Hour) })); got != p.heartbeat {
+		t.Errorf("a long reservation: looks again after %v, want a heartbeat", got)
+	}
+	remember(r, "waiting", "exporter", waiting)
+	ctx := t.Context()
+	r.leaseChanged(ctx, leaseclient.LeaseEvent{Lease: leaseapi.Lease{Namespace: "payments", Name: "exporter", FencingToken: 3,
+		Reservation: leaseapi.Reservation{ReservedFor: other, ReservedUntil: until}}})
+	if got := w.take(); len(got) != 0 {
+		t.Errorf("the reservation it knows woke %v", got)
+	}
+	r.leaseChanged(ctx, leaseclient.LeaseEvent{Lease: leaseapi.Lease{Namespace: "payments", Name: "exporter", FencingToken: 3}})
+	if diff := cmp.Diff([]string{"waiting"}, w.take()); diff != "" {
+		t.Errorf("the end of the reservation: woken (-want +got):\n%s", diff)
+	}
+}
