@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
@@ -90,6 +91,8 @@ type options struct {
 	watch server.WatchOptions
 	// historyTerms is how many ended terms of each lease are kept.
 	historyTerms int
+	// clusterTTL is how long a cluster counts as healthy after a heartbeat.
+	clusterTTL time.Duration
 	// showVersion prints the version and exits.
 	showVersion bool
 }
@@ -117,6 +120,7 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&o.watch.MaxWatches, "max-watches", server.DefaultMaxWatches, "most watch streams open at once; more are answered 429")
 	fs.IntVar(&o.watch.MaxWatchesPerSubject, "max-watches-per-subject", server.DefaultMaxWatchesPerSubject, "most watch streams one subject may have open; more are answered 429")
 	fs.DurationVar(&o.watch.MaxDuration, "watch-max-duration", server.DefaultMaxWatchDuration, "longest a watch stream lasts (less up to a tenth, at random) before its client resumes, so that streams rebalance across replicas")
+	fs.DurationVar(&o.clusterTTL, "cluster-ttl", lease.DefaultClusterTTL, "how long a cluster counts as healthy after its agent's last heartbeat (GET /v1alpha1/clusters; placement's failback waits for a preferred cluster to stay healthy), and how long its registration keeps its id from another cluster; agents heartbeat every --cluster-heartbeat-interval (default 10 s), so keep it a few of those")
 	fs.IntVar(&o.historyTerms, "history-terms", lease.DefaultHistoryTerms, fmt.Sprintf("ended terms of each lease kept for GET .../history, the oldest dropped on each write that ends a term (0: none recorded; at most %d, and %d with --store kubernetes)", maxHistoryTerms, kubernetes.MaxHistoryTerms))
 	flags.Version(fs, &o.showVersion)
 }
@@ -139,6 +143,9 @@ func (o *options) checkLimits() error {
 	}
 	if w := o.watch; w.MaxWatches <= 0 || w.MaxWatchesPerSubject <= 0 || w.MaxDuration <= 0 {
 		return usageError("--max-watches, --max-watches-per-subject and --watch-max-duration must be positive")
+	}
+	if o.clusterTTL < time.Second {
+		return usageError("--cluster-ttl must be at least 1s, got %s", o.clusterTTL)
 	}
 	if o.historyTerms < 0 || o.historyTerms > maxHistoryTerms {
 		return usageError("--history-terms must be between 0 and %d, got %d", maxHistoryTerms, o.historyTerms)

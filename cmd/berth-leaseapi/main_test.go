@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -20,7 +21,7 @@ func TestParseFlags(t *testing.T) {
 		limits: server.Limits{ReadHeaderTimeout: server.DefaultReadHeaderTimeout, BodyReadTimeout: server.DefaultBodyReadTimeout,
 			IdleTimeout: server.DefaultIdleTimeout, MaxHeaderBytes: server.DefaultMaxHeaderBytes},
 		watch: server.WatchOptions{MaxWatches: server.DefaultMaxWatches, MaxWatchesPerSubject: server.DefaultMaxWatchesPerSubject,
-			MaxDuration: server.DefaultMaxWatchDuration}, historyTerms: lease.DefaultHistoryTerms}
+			MaxDuration: server.DefaultMaxWatchDuration}, historyTerms: lease.DefaultHistoryTerms, clusterTTL: lease.DefaultClusterTTL}
 	with := func(f func(*options)) options { o := defaults; f(&o); return o }
 	cases := map[string]struct {
 		args     []string
@@ -43,6 +44,11 @@ func TestParseFlags(t *testing.T) {
 		"history off": {
 			args:     []string{"--history-terms", "0"},
 			want:     with(func(o *options) { o.historyTerms = 0 }),
+			wantLogs: logging.Options{Format: logging.FormatJSON},
+		},
+		"a short cluster TTL, as the placement suites run it": {
+			args:     []string{"--cluster-ttl", "3s"},
+			want:     with(func(o *options) { o.clusterTTL = 3 * time.Second }),
 			wantLogs: logging.Options{Format: logging.FormatJSON},
 		},
 		"-v 4":          {args: []string{"-v", "4"}, want: defaults, wantLogs: logging.Options{Format: logging.FormatJSON, Verbosity: 4}},

@@ -75,7 +75,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 
 	metrics := server.NewMetrics()
 	st := metrics.InstrumentStore(backend)
-	svcOpts := lease.Options{HistoryTerms: o.serviceHistoryTerms()}
+	svcOpts := lease.Options{HistoryTerms: o.serviceHistoryTerms(), ClusterTTL: o.clusterTTL}
 	if c, ok := backend.(sharedClock); ok {
 		// Replicas share the store: all of them judge terms by its clock.
 		svcOpts.StoreClock = c
