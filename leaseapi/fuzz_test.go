@@ -107,12 +107,14 @@ func FuzzDecode(f *testing.F) {
 		strings.Repeat("[", 10000),
 	}
 	for _, s := range seeds {
-		for kind := range uint8(4) {
+		for kind := range uint8(5) {
 			f.Add(kind, []byte(s))
 		}
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
-		switch kind % 4 {
+		switch kind % 5 {
+		case 4:
+			checkDecode(t, body, func() any { return &MoveRequest{} })
 		case 0:
 			checkDecode(t, body, func() any { return &AcquireRequest{} })
 		case 1:
@@ -267,15 +269,20 @@ func TestValidateNamesField(t *testing.T) {
 		req        interface{ Validate() error }
 		wantFields []string
 	}{
-		"valid acquire":          {req: &AcquireRequest{Holder: "a", TTLSeconds: 1}},
-		"empty holder":           {req: &AcquireRequest{TTLSeconds: 1}, wantFields: []string{"holder"}},
-		"holder of 253 bytes":    {req: &AcquireRequest{Holder: long[:MaxHolderBytes], TTLSeconds: 1}},
-		"holder over 253 bytes":  {req: &AcquireRequest{Holder: long, TTLSeconds: 1}, wantFields: []string{"holder"}},
-		"ttlSeconds zero":        {req: &AcquireRequest{Holder: "a"}, wantFields: []string{"ttlSeconds"}},
-		"ttlSeconds over a day":  {req: &AcquireRequest{Holder: "a", TTLSeconds: MaxTTLSeconds + 1}, wantFields: []string{"ttlSeconds"}},
-		"renew without token":    {req: &RenewRequest{Holder: "a", TTLSeconds: 1}, wantFields: []string{"fencingToken"}},
-		"renew, all wrong":       {req: &RenewRequest{FencingToken: -1}, wantFields: []string{"holder", "fencingToken", "ttlSeconds"}},
-		"release without holder": {req: &ReleaseRequest{FencingToken: 1}, wantFields: []string{"holder"}},
+		"valid acquire":                       {req: &AcquireRequest{Holder: "a", TTLSeconds: 1}},
+		"empty holder":                        {req: &AcquireRequest{TTLSeconds: 1}, wantFields: []string{"holder"}},
+		"holder of 253 bytes":                 {req: &AcquireRequest{Holder: long[:MaxHolderBytes], TTLSeconds: 1}},
+		"holder over 253 bytes":               {req: &AcquireRequest{Holder: long, TTLSeconds: 1}, wantFields: []string{"holder"}},
+		"ttlSeconds zero":                     {req: &AcquireRequest{Holder: "a"}, wantFields: []string{"ttlSeconds"}},
+		"ttlSeconds over a day":               {req: &AcquireRequest{Holder: "a", TTLSeconds: MaxTTLSeconds + 1}, wantFields: []string{"ttlSeconds"}},
+		"renew without token":                 {req: &RenewRequest{Holder: "a", TTLSeconds: 1}, wantFields: []string{"fencingToken"}},
+		"renew, all wrong":                    {req: &RenewRequest{FencingToken: -1}, wantFields: []string{"holder", "fencingToken", "ttlSeconds"}},
+		"release without holder":              {req: &ReleaseRequest{FencingToken: 1}, wantFields: []string{"holder"}},
+		"valid move anywhere":                 {req: &MoveRequest{Holder: "east/app", FencingToken: 1}},
+		"valid move to a cluster":             {req: &MoveRequest{Holder: "east/app", FencingToken: 1, To: "west"}},
+		"move to the holder's own cluster":    {req: &MoveRequest{Holder: "east/app", FencingToken: 1, To: "east"}, wantFields: []string{"to"}},
+		"move to a bad cluster id":            {req: &MoveRequest{Holder: "east", FencingToken: 1, To: "West_1"}, wantFields: []string{"to"}},
+		"move without holder, token or place": {req: &MoveRequest{To: "-"}, wantFields: []string{"holder", "fencingToken", "to"}},
 		"registration without fingerprint": {
 			req: &ClusterRegistration{}, wantFields: []string{"fingerprint"},
 		},
