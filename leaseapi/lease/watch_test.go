@@ -238,3 +238,62 @@ func TestSweepFreesInBatches(t *testing.T) {
 		t.Errorf("the watcher has %d events, want %d", got, want)
 	}
 }
+
+// TestWaitForChangeAnswersAReservationsEnd: a long poll on a free lease
+// that a move's reservation withholds answers when the sweep clears the
+// reservation, though its holder and token stay as they were; and watches
+// see the move, the reservation and its end.
+func TestWaitForChangeAnswersAReservationsEnd(t *testing.T) {
+	ctx := t.Context()
+	clock := testingclock.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	svc := lease.NewService(openSQLite(t), lease.Options{Clock: clock})
+	key := leaseapi.Key{Namespace: "payments", Name: "exporter"}
+	d, err := svc.Acquire(ctx, key, "east", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := svc.Watch(nil, "")
+	if _, err := svc.Move(ctx, key, "east", d.Next.FencingToken, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Release(ctx, key, "east", d.Next.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan store.Lease, 1)
+	go func() {
+		l, err := svc.WaitForChange(ctx, key, "", d.Next.FencingToken, 30*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		answered <- l
+	}()
+	time.Sleep(100 * time.Millisecond) // let the poll start waiting
+	select {
+	case l := <-answered:
+		t.Fatalf("the poll answered %+v while the reservation lasts", l)
+	default:
+	}
+	clock.Step(10 * time.Second)
+	if _, err := svc.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-answered:
+		if !l.Reserved.IsZero() || l.Holder != "" {
+			t.Errorf("the poll answered %+v, want the free lease without its reservation", l)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the poll did not answer the reservation's end")
+	}
+	events, _ := w.Next(10)
+	var got []string
+	for _, e := range events {
+		if e.Reset == "" {
+			got = append(got, fmt.Sprintf("moving=%v reserved=%q", e.Lease.Moving, e.Lease.Reserved.Except))
+		}
+	}
+	want := []string{`moving=true reserved=""`, `moving=false reserved="east"`, `moving=false reserved=""`}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("watch events (-want +got):\n%s", diff)
+	}
+}
