@@ -68,6 +68,18 @@ func (w *BerthLeaseWrapper) LeaseName(name string) *BerthLeaseWrapper {
 	return w
 }
 
+// Placement sets spec.placement.
+func (w *BerthLeaseWrapper) Placement(p *berthv1alpha1.Placement) *BerthLeaseWrapper {
+	w.Spec.Placement = p
+	return w
+}
+
+// Failover sets spec.failover.
+func (w *BerthLeaseWrapper) Failover(f *berthv1alpha1.Failover) *BerthLeaseWrapper {
+	w.Spec.Failover = f
+	return w
+}
+
 // Obj returns the BerthLease.
 func (w *BerthLeaseWrapper) Obj() *berthv1alpha1.BerthLease { return &w.BerthLease }
 

@@ -95,7 +95,7 @@ func (m *Member) startChartAgent(ctx context.Context, clusterID string) error {
 	if err := m.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: agentNamespace, Name: charts.Agent}, d); err != nil {
 		return fmt.Errorf("%s: read the chart's Deployment: %w", m.Name, err)
 	}
-	extra := append([]string{}, m.fleet.opts.AgentArgs...)
+	extra := append(append([]string{}, m.fleet.opts.AgentArgs...), m.fleet.opts.MemberAgentArgs[m.Name]...)
 	if clusterID != m.Name {
 		extra = append(extra, "--cluster-id="+clusterID)
 	}

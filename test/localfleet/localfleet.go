@@ -62,6 +62,13 @@ type Options struct {
 	// cluster and fleet mode), after the fleet's own flags, so that they
 	// can also override them.
 	AgentArgs []string
+	// MemberAgentArgs are appended, after AgentArgs, to the command line of
+	// the per-cluster agent of the cluster each key names ("cluster-1"):
+	// its --cluster-labels, say.
+	MemberAgentArgs map[string][]string
+	// LeaseAPIArgs are appended to berth-leaseapi's command line, after the
+	// fleet's own flags (--cluster-ttl, say).
+	LeaseAPIArgs []string
 	// Helm installs Berth in every cluster with the berth-agent chart and runs each
 	// agent as the chart's Deployment would (chart.go), instead of applying deploy/'s
 	// CRD, RBAC and admission by hand. Not with NoAgents.
@@ -113,7 +120,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if err := writeServiceAccountKeys(ctx, f.Env.Clusters, filepath.Join(opts.WorkDir, "leaseapi", serviceAccountKeysDir)); err != nil {
 		return f, err
 	}
-	if f.LeaseAPI, err = StartLeaseAPI(ctx, opts.BinDir, filepath.Join(opts.WorkDir, "leaseapi"), ids, opts.Metrics); err != nil {
+	if f.LeaseAPI, err = StartLeaseAPI(ctx, opts.BinDir, filepath.Join(opts.WorkDir, "leaseapi"), ids, opts.Metrics, opts.LeaseAPIArgs...); err != nil {
 		return f, err
 	}
 	for _, c := range f.Env.Clusters {
@@ -217,12 +224,15 @@ type LeaseAPI struct {
 	addr       string
 	// metricsAddr is where /metrics is served, empty for none.
 	metricsAddr string
+	// args are appended to the server's command line at every start.
+	args []string
 }
 
 // StartLeaseAPI runs berth-leaseapi on a free loopback port with a token for
-// each subject and for AdminSubject, and with metrics on another free port
-// when metrics is set.
-func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string, metrics bool) (*LeaseAPI, error) {
+// each subject and for AdminSubject, with metrics on another free port when
+// metrics is set, and with args appended to its command line (at every
+// start).
+func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string, metrics bool, args ...string) (*LeaseAPI, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -230,7 +240,7 @@ func StartLeaseAPI(ctx context.Context, binDir, dir string, subjects []string, m
 	for _, s := range subjects {
 		tokens[s] = s + "-token"
 	}
-	api := &LeaseAPI{binDir: binDir, dir: dir}
+	api := &LeaseAPI{binDir: binDir, dir: dir, args: args}
 	var err error
 	if api.tokenFile, api.TokenFiles, err = leaseapitest.WriteTokens(dir, tokens); err != nil {
 		return nil, err
@@ -287,6 +297,7 @@ func (a *LeaseAPI) Start(ctx context.Context) error {
 	if keys := filepath.Join(a.dir, serviceAccountKeysDir); dirExists(keys) {
 		args = append(args, "--service-account-keys-dir", keys)
 	}
+	args = append(args, a.args...)
 	p, err := process.Start("berth-leaseapi", filepath.Join(a.binDir, "berth-leaseapi"), filepath.Join(a.dir, fmt.Sprintf("berth-leaseapi-%d.log", time.Now().UnixNano())), args...)
 	if err != nil {
 		return err

@@ -34,6 +34,10 @@ type Workload struct {
 	// PodFencing is the BerthLease's spec.podFencing; with Exec the Pod
 	// template names its command (WorkloadCommand), which admission wraps.
 	PodFencing berthv1alpha1.PodFencing
+	// Placement and Failover are the BerthLease's spec.placement and
+	// spec.failover.
+	Placement *berthv1alpha1.Placement
+	Failover  *berthv1alpha1.Failover
 }
 
 // WorkloadCommand is the command of the workload's container.
@@ -160,7 +164,8 @@ func (m *Member) ApplyWorkload(ctx context.Context) error {
 	if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("%s: create namespace: %w", m.Name, err)
 	}
-	bl := builders.BerthLease(w.Namespace, w.Name).TTL(w.TTLSeconds).Heartbeat(w.HeartbeatSeconds).PodFencing(w.PodFencing).Obj()
+	bl := builders.BerthLease(w.Namespace, w.Name).TTL(w.TTLSeconds).Heartbeat(w.HeartbeatSeconds).PodFencing(w.PodFencing).
+		Placement(w.Placement.DeepCopy()).Failover(w.Failover.DeepCopy()).Obj()
 	if err := m.Client.Create(ctx, bl); err != nil {
 		return fmt.Errorf("%s: create BerthLease: %w", m.Name, err)
 	}
@@ -229,8 +234,8 @@ func (m *Member) StartAgent(clusterID string) error {
 		"--cluster-heartbeat-interval", m.fleet.opts.Workload.ClusterHeartbeat.String(),
 		"--fence-image", FenceImage,
 	}
-	p, err := process.Start("berth-agent", filepath.Join(m.fleet.opts.BinDir, "berth-agent"), filepath.Join(m.dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())),
-		append(args, m.fleet.opts.AgentArgs...)...)
+	args = append(append(args, m.fleet.opts.AgentArgs...), m.fleet.opts.MemberAgentArgs[m.Name]...)
+	p, err := process.Start("berth-agent", filepath.Join(m.fleet.opts.BinDir, "berth-agent"), filepath.Join(m.dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())), args...)
 	if err != nil {
 		return err
 	}
