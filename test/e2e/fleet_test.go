@@ -22,7 +22,7 @@ import (
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard()) // the fleet logs through each test's logger
-	binaries.Main(m, "berth-leaseapi", "berth-agent", "berth-fence")
+	binaries.Main(m, "berth-leaseapi", "berth-agent", "berth-fence", "berthctl")
 }
 
 // The suites' workload: short timing so that they are quick, with the
