@@ -994,10 +994,10 @@ func FuzzMachine(f *testing.F) {
 				if !cur.Held(now) {
 					want.EndedAt, want.Ending = cur.ExpiresAt, store.EndExpired
 				}
-				switch {
-				case cur.FencingToken == movedToken:
+				switch cur.FencingToken {
+				case movedToken:
 					want.Ending = store.EndMoved
-				case cur.FencingToken == revokedToken:
+				case revokedToken:
 					want.Ending = store.EndRevoked
 				}
 				if diff := cmp.Diff(want, *d.Ended); diff != "" {
