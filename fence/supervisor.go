@@ -174,15 +174,11 @@ func (r *run) tick(now time.Duration) {
 		}
 	case phaseRunning:
 		if now >= r.deadline {
-			r.stop(now, "local deadline passed", "sinceDeadline", now-r.deadline)
+			r.stop(now, KillDelay(r.ttl), "local deadline passed", "sinceDeadline", now-r.deadline)
 		}
 	case phaseStopping:
 		if r.fenced && !r.killed && now >= r.killAt {
-			r.killed = true
-			r.Log.Event(EventSIGKILL, "pid", r.child.Pid())
-			if err := r.child.Signal(syscall.SIGKILL); err != nil {
-				r.Log.Event(EventSIGKILL, "pid", r.child.Pid(), "error", err)
-			}
+			r.sigkill()
 		}
 	}
 	if (r.phase == phaseWaiting || r.phase == phaseRunning) && !r.inflight && now >= r.next {
@@ -253,7 +249,7 @@ func (r *run) onAnswer(a answer) (code int, done bool) {
 	// The deadline is judged before any answer: one that arrives after
 	// it never revives the child.
 	if r.phase == phaseRunning && now >= r.deadline {
-		r.stop(now, "local deadline passed", "sinceDeadline", now-r.deadline)
+		r.stop(now, KillDelay(r.ttl), "local deadline passed", "sinceDeadline", now-r.deadline)
 	}
 	switch r.phase {
 	case phaseWaiting:
@@ -317,10 +313,10 @@ func (r *run) onRunningAnswer(now time.Duration, a answer) {
 		if termEnded(r.id, a.conf) {
 			// The term is over: another cluster may be granted the lease at any
 			// moment, so there is no time for a graceful stop.
-			r.kill(now, denial(a))
+			r.stop(now, 0, denial(a))
 			return
 		}
-		r.stop(now, denial(a))
+		r.stop(now, KillDelay(r.ttl), denial(a))
 		return
 	}
 	// The newest confirmation's deadline wins, earlier or later: the
@@ -332,7 +328,7 @@ func (r *run) onRunningAnswer(now time.Duration, a answer) {
 	}
 	r.next = now + ConfirmInterval(r.ttl)
 	if now >= r.deadline {
-		r.stop(now, "confirmed with too little of the term left")
+		r.stop(now, KillDelay(r.ttl), "confirmed with too little of the term left")
 	}
 }
 
@@ -360,31 +356,30 @@ func termEnded(id Identity, c leaseapi.Confirmation) bool {
 	return c.Holder != id.Holder || c.FencingToken != id.Token
 }
 
-// kill stops the child at once: SIGKILL to its group.
-func (r *run) kill(now time.Duration, reason string) {
+// stop begins stopping the child: SIGTERM to its group now, SIGKILL grace
+// later; with no grace, SIGKILL at once.
+func (r *run) stop(now, grace time.Duration, reason string, kv ...any) {
 	if r.cancel != nil {
 		r.cancel()
 	}
-	r.phase, r.fenced, r.killAt, r.killed = phaseStopping, true, now, true
-	r.Log.Event(EventConfirmationLost, "reason", reason, "token", r.id.Token)
-	r.Log.Event(EventSIGKILL, "pid", r.child.Pid(), "reason", "term ended")
-	if err := r.child.Signal(syscall.SIGKILL); err != nil {
-		r.Log.Event(EventSIGKILL, "pid", r.child.Pid(), "error", err)
+	r.phase, r.fenced, r.killAt = phaseStopping, true, now+grace
+	r.Log.Event(EventConfirmationLost, append([]any{"reason", reason, "token", r.id.Token}, kv...)...)
+	if grace == 0 {
+		r.sigkill()
+		return
+	}
+	r.Log.Event(EventStopping, "signal", "SIGTERM", "pid", r.child.Pid(), "sigkillIn", grace)
+	if err := r.child.Signal(syscall.SIGTERM); err != nil {
+		r.Log.Event(EventStopping, "pid", r.child.Pid(), "error", err)
 	}
 }
 
-// stop begins stopping the child: SIGTERM to its group now, SIGKILL at
-// KillDelay after.
-func (r *run) stop(now time.Duration, reason string, kv ...any) {
-	if r.cancel != nil {
-		r.cancel()
-	}
-	r.phase, r.fenced = phaseStopping, true
-	r.killAt = now + KillDelay(r.ttl)
-	r.Log.Event(EventConfirmationLost, append([]any{"reason", reason, "token", r.id.Token}, kv...)...)
-	r.Log.Event(EventStopping, "signal", "SIGTERM", "pid", r.child.Pid(), "sigkillIn", KillDelay(r.ttl))
-	if err := r.child.Signal(syscall.SIGTERM); err != nil {
-		r.Log.Event(EventStopping, "pid", r.child.Pid(), "error", err)
+// sigkill sends SIGKILL to the child's group, once.
+func (r *run) sigkill() {
+	r.killed = true
+	r.Log.Event(EventSIGKILL, "pid", r.child.Pid())
+	if err := r.child.Signal(syscall.SIGKILL); err != nil {
+		r.Log.Event(EventSIGKILL, "pid", r.child.Pid(), "error", err)
 	}
 }
 

@@ -414,7 +414,7 @@ func (r *BerthLeaseReconciler) actOnPods(ctx context.Context, bl *berthv1alpha1.
 func (r *BerthLeaseReconciler) ungate(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation) error {
 	log := logr.FromContextOrDiscard(ctx)
 	term := p.facts.Term
-	if bl.Spec.PodFencing == berthv1alpha1.PodFencingExec || slices.ContainsFunc(p.gated, fencedPod) {
+	if fencedTerm(bl, p, p.mem, term.Token) {
 		if err := r.recordFenced(ctx, bl, p.mem, term.Token); err != nil {
 			return err // nothing ungated: the reconcile is retried
 		}

@@ -55,13 +55,15 @@ type BerthLeaseSpec struct {
 
 	// Placement says where the lease should run: the clusters in order of
 	// preference, and whether it moves back to a more preferred cluster once
-	// that cluster is healthy again (docs/placement.md).
+	// that cluster is healthy again. Not acted on yet: this release's agent
+	// accepts the field and ignores it (issue 17).
 	// +optional
 	Placement *Placement `json:"placement,omitempty"`
 
 	// Failover hands the lease over when this cluster's Pods do not become
 	// Ready after they are ungated: the workload cannot run here (no
-	// capacity, a crash loop), so another cluster should try.
+	// capacity, a crash loop), so another cluster should try. Not acted on
+	// yet: this release's agent accepts the field and ignores it (issue 17).
 	// +optional
 	Failover *Failover `json:"failover,omitempty"`
 }

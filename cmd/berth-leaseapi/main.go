@@ -120,7 +120,7 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&o.watch.MaxWatches, "max-watches", server.DefaultMaxWatches, "most watch streams open at once; more are answered 429")
 	fs.IntVar(&o.watch.MaxWatchesPerSubject, "max-watches-per-subject", server.DefaultMaxWatchesPerSubject, "most watch streams one subject may have open; more are answered 429")
 	fs.DurationVar(&o.watch.MaxDuration, "watch-max-duration", server.DefaultMaxWatchDuration, "longest a watch stream lasts (less up to a tenth, at random) before its client resumes, so that streams rebalance across replicas")
-	fs.DurationVar(&o.clusterTTL, "cluster-ttl", lease.DefaultClusterTTL, "how long a cluster counts as healthy after its agent's last heartbeat (GET /v1alpha1/clusters; placement's failback waits for a preferred cluster to stay healthy), and how long its registration keeps its id from another cluster; agents heartbeat every --cluster-heartbeat-interval (default 10 s), so keep it a few of those")
+	fs.DurationVar(&o.clusterTTL, "cluster-ttl", lease.DefaultClusterTTL, "how long a cluster counts as healthy after its agent's last heartbeat (GET /v1alpha1/clusters), and how long its registration keeps its id from another cluster; agents heartbeat every --cluster-heartbeat-interval (default 10 s), so keep it a few of those")
 	fs.IntVar(&o.historyTerms, "history-terms", lease.DefaultHistoryTerms, fmt.Sprintf("ended terms of each lease kept for GET .../history, the oldest dropped on each write that ends a term (0: none recorded; at most %d, and %d with --store kubernetes)", maxHistoryTerms, kubernetes.MaxHistoryTerms))
 	flags.Version(fs, &o.showVersion)
 }

@@ -122,21 +122,12 @@ func newLeasesGetCommand(o *globalOptions) *cobra.Command {
 		Short: "Show one lease: its holder, fencing token and expiry",
 		Args:  exactArgs("NAMESPACE/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := parseKey(args[0])
+			at, cancel, err := o.readLease(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			c, _, err := o.connect()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := o.withTimeout(cmd.Context())
 			defer cancel()
-			l, err := c.GetLease(ctx, key.Namespace, key.Name)
-			if err != nil {
-				return err
-			}
-			now := o.clock.Now()
+			l, now := at.lease, o.clock.Now()
 			return printObject(o.out, output, l, func(wide bool) table { return leaseTable([]leaseapi.Lease{l}, now, wide) })
 		},
 	}
@@ -163,20 +154,12 @@ and then releases the lease, and another cluster takes over. If the holder's
 agent is not running, the term ends at its expiry, never earlier.`,
 		Args: exactArgs("NAMESPACE/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := parseKey(args[0])
+			at, cancel, err := o.readLease(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			c, _, err := o.connect()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := o.withTimeout(cmd.Context())
 			defer cancel()
-			l, err := c.GetLease(ctx, key.Namespace, key.Name)
-			if err != nil {
-				return err
-			}
+			c, ctx, key, l := at.client, at.ctx, at.key, at.lease
 			if l.Holder == "" {
 				_, err := fmt.Fprintf(o.out, "lease %s is already free (fencing token %d)\n", key, l.FencingToken)
 				return err
@@ -229,25 +212,17 @@ succeeds.`,
   berthctl leases move payments/exporter          # to any other cluster`,
 		Args: exactArgs("NAMESPACE/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := parseKey(args[0])
-			if err != nil {
-				return err
-			}
 			if to != "" {
 				if err := leaseapi.ValidateClusterID(to); err != nil {
 					return usageErrorf("--to: %w", err)
 				}
 			}
-			c, _, err := o.connect()
+			at, cancel, err := o.readLease(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			ctx, cancel := o.withTimeout(cmd.Context())
 			defer cancel()
-			l, err := c.GetLease(ctx, key.Namespace, key.Name)
-			if err != nil {
-				return err
-			}
+			c, ctx, key, l := at.client, at.ctx, at.key, at.lease
 			if l.Holder == "" {
 				_, err := fmt.Fprintf(o.out, "lease %s is free (fencing token %d): nothing to move\n", key, l.FencingToken)
 				return err
@@ -265,6 +240,35 @@ succeeds.`,
 	}
 	cmd.Flags().StringVar(&to, "to", "", "cluster id to move the lease to (default: any cluster but the holder's)")
 	return cmd
+}
+
+// leaseAt is a lease as a command read it, with what it read it through.
+type leaseAt struct {
+	key    leaseapi.Key
+	client *client.Client
+	// ctx is bounded by --timeout; the caller's cancel ends it.
+	ctx   context.Context
+	lease leaseapi.Lease
+}
+
+// readLease reads the lease that arg ("NAMESPACE/NAME") names, for a command
+// that shows it or acts on its current term; cancel when done.
+func (o *globalOptions) readLease(ctx context.Context, arg string) (leaseAt, context.CancelFunc, error) {
+	key, err := parseKey(arg)
+	if err != nil {
+		return leaseAt{}, nil, err
+	}
+	c, _, err := o.connect()
+	if err != nil {
+		return leaseAt{}, nil, err
+	}
+	ctx, cancel := o.withTimeout(ctx)
+	l, err := c.GetLease(ctx, key.Namespace, key.Name)
+	if err != nil {
+		cancel()
+		return leaseAt{}, nil, err
+	}
+	return leaseAt{key: key, client: c, ctx: ctx, lease: l}, cancel, nil
 }
 
 // moveMessage says what a move of term l did, from the lease after it.
@@ -294,8 +298,8 @@ func newLeasesHistoryCommand(o *globalOptions) *cobra.Command {
 		Long: `Show a lease's terms, newest first: the live term (if any), then the ended
 terms the lease API keeps (its --history-terms, 20 by default). HOW is how a
 term ended: released by its holder, expired, revoked (by an administrator or
-its holder, then released or expired) or moved (berthctl leases move, or the
-holder's agent failing back).`,
+its holder, then released or expired) or moved (berthctl leases move, or
+POST .../move by the holder's own subject).`,
 		Args: exactArgs("NAMESPACE/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := parseKey(args[0])
