@@ -1,9 +1,11 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -22,6 +24,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/leaseapi"
 	"github.com/berthfleet/berth/reconciler"
 )
 
@@ -65,6 +68,11 @@ type Members struct {
 	// ConcurrentReconciles is how many BerthLeases the controller reconciles
 	// at once, over all clusters (reconciler.DefaultConcurrentReconciles).
 	ConcurrentReconciles int
+	// Labels, when set, are the labels each cluster registers (spec.placement
+	// selects clusters by them).
+	Labels func(clusterID string) map[string]string
+	// Fleet is each member reconciler's view of the fleet (failback).
+	Fleet reconciler.ClusterView
 	// Clock paces handovers and is each reconciler's clock (the real clock
 	// when nil).
 	Clock clock.WithTicker
@@ -81,6 +89,7 @@ type member struct {
 	id        string
 	r         *reconciler.BerthLeaseReconciler
 	registrar *Registrar
+	leases    LeaseClient
 	// stop ends the member's engagement: its long polls and heartbeats.
 	stop context.CancelFunc
 	// leaving: the cluster's kubeconfig was removed; it hands its leases
@@ -143,6 +152,7 @@ func (f *Members) Engage(ctx context.Context, name multicluster.ClusterName, cl 
 		ClusterID:    id,
 		AgentVersion: f.AgentVersion,
 		Registry:     leases,
+		Labels:       f.labels(id),
 		Interval:     f.HeartbeatInterval,
 		Log:          f.Log.WithName("fleet"), // it names the cluster itself
 	}
@@ -150,7 +160,7 @@ func (f *Members) Engage(ctx context.Context, name multicluster.ClusterName, cl 
 		stop()
 		return fmt.Errorf("cluster %s: %w", id, err)
 	}
-	m := &member{id: id, registrar: registrar, stop: stop}
+	m := &member{id: id, registrar: registrar, leases: leases, stop: stop}
 	m.r = &reconciler.BerthLeaseReconciler{
 		Client:            cl.GetClient(),
 		APIReader:         cl.GetAPIReader(),
@@ -162,6 +172,7 @@ func (f *Members) Engage(ctx context.Context, name multicluster.ClusterName, cl 
 		OperatorNamespace: f.OperatorNamespace,
 		Clock:             f.Clock,
 		Membership:        m.membership,
+		Fleet:             f.Fleet,
 		Wake:              reconciler.WakeInto(f.wakes, name),
 	}
 	registrar.OnChange = func(ctx context.Context) { WakeAll(logr.NewContext(ctx, log), cl.GetClient(), m.r.Wake) }
@@ -186,6 +197,48 @@ func (f *Members) Engage(ctx context.Context, name multicluster.ClusterName, cl 
 	}()
 	log.Info("cluster joined this agent", "fingerprint", registrar.Fingerprint)
 	return nil
+}
+
+// labels are the labels cluster id registers.
+func (f *Members) labels(id string) map[string]string {
+	if f.Labels == nil {
+		return nil
+	}
+	return f.Labels(id)
+}
+
+// WakePlacement wakes, in every member cluster, the BerthLeases whose
+// failback the fleet view decides (reconciler.WakePlacement): the view
+// changed.
+func (f *Members) WakePlacement(ctx context.Context) {
+	f.mu.Lock()
+	members := slices.Collect(maps.Values(f.members))
+	f.mu.Unlock()
+	for _, m := range members {
+		m.r.WakePlacement(ctx)
+	}
+}
+
+// ListClusters lists the fleet's clusters at the lease API with a member's
+// own token (in id order, the first that answers): fleet mode's View
+// needs no token of its own.
+func (f *Members) ListClusters(ctx context.Context) ([]leaseapi.Cluster, error) {
+	f.mu.Lock()
+	members := slices.SortedFunc(maps.Values(f.members), func(a, b *member) int { return cmp.Compare(a.id, b.id) })
+	f.mu.Unlock()
+	errs := []error{errors.New("no member cluster to list the fleet with")}
+	for _, m := range members {
+		lister, ok := m.leases.(ClusterLister)
+		if !ok {
+			continue
+		}
+		clusters, err := lister.ListClusters(ctx)
+		if err == nil {
+			return clusters, nil
+		}
+		errs = append(errs, fmt.Errorf("cluster %s: %w", m.id, err))
+	}
+	return nil, errors.Join(errs...)
 }
 
 // membership is what the member's reconciler is told: leaving comes first,

@@ -1015,10 +1015,3 @@ func (a *simAgent) statusNow() berthv1alpha1.BerthLeaseStatus {
 	}
 	return st
 }
-
-func latest(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}

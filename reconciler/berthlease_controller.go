@@ -110,6 +110,11 @@ type BerthLeaseReconciler struct {
 	// it may hold leases. package fleet's Registrar provides it.
 	Membership func() (reason, message string)
 
+	// Fleet, when set, is the fleet as this agent sees it at the lease API
+	// (fleet.View): spec.placement's failback decides on it. Without it,
+	// no failback is made.
+	Fleet ClusterView
+
 	// Wake asks for a BerthLease to be reconciled now, when no watch event
 	// would bring it: the change stream saw its lease change, or the
 	// renewer has news of its term. Whoever runs the reconciler's
@@ -379,6 +384,11 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, nil
 	}
 	res := r.result(p, mem, d)
+	if wake := r.place(ctx, bl, p, d); !wake.IsZero() {
+		if after := max(wake.Sub(r.Clock.Now()), 10*time.Millisecond); res.RequeueAfter == 0 || after < res.RequeueAfter {
+			res.RequeueAfter = after
+		}
+	}
 	if supersededLeft && (res.RequeueAfter == 0 || res.RequeueAfter > stopPollInterval) {
 		res.RequeueAfter = stopPollInterval
 	}

@@ -66,6 +66,8 @@ type memory struct {
 	// since; this memory's term is settled as a vanished BerthLease's, for
 	// the Pods stamped with its UID only.
 	superseded bool
+	// placement is what placement keeps of the term (place).
+	placement placementMemory
 }
 
 // tenure is what the agent remembers of its hold on one lease at the lease
@@ -334,6 +336,16 @@ func (t tenure) afterAnswer(req request, res client.AcquireResult, err error, no
 	}
 	t.term, t.revoked = nil, false
 	return t, o
+}
+
+// moved is the tenure after this agent moved its term of token at the
+// lease API (placement): revoked, as a renewal would next answer, so that
+// it is handed over at once.
+func (t tenure) moved(token int32) tenure {
+	if t.term != nil && t.term.Token == token {
+		t.revoked = true
+	}
+	return t
 }
 
 // afterRelease is afterAnswer for a release of token.

@@ -84,6 +84,11 @@ const (
 	RevokedReason             = "Revoked"
 	RecoveringReason          = "Recovering"
 
+	// Reasons of the Events placement emits (spec.placement, spec.failover).
+	FailingBackReason     = "FailingBack"
+	FailingOverReason     = "FailingOver"
+	FailoverLimitedReason = "FailoverLimited"
+
 	// Reasons a cluster must hand its leases over: its fleet membership.
 
 	// CordonedReason: the cluster is cordoned at the lease API.

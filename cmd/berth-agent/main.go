@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/berthfleet/berth/cmd/internal/flags"
+	"github.com/berthfleet/berth/fleet"
 	"github.com/berthfleet/berth/cmd/internal/logging"
 	"github.com/berthfleet/berth/reconciler"
 )
@@ -47,6 +48,8 @@ type options struct {
 	concurrentReconciles   int
 	fenceImage             string
 	fenceLeaseAPIURL       string
+	clusterLabels          map[string]string
+	fleetViewInterval      time.Duration
 	// showVersion prints the version and exits.
 	showVersion bool
 }
@@ -84,6 +87,8 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&o.concurrentReconciles, "concurrent-reconciles", reconciler.DefaultConcurrentReconciles, "BerthLeases reconciled at once (in fleet mode: over all clusters)")
 	fs.StringVar(&o.fenceImage, "fence-image", "", "image that holds /usr/local/bin/berth-fence (Berth's agent image): admission takes berth-fence from it into the Pods of BerthLeases with spec.podFencing Exec (empty: such Pods are refused)")
 	fs.StringVar(&o.fenceLeaseAPIURL, "fence-lease-api-url", "", "URL of berth-leaseapi as managed Pods reach it, for berth-fence (default: --lease-api-url); --lease-api-ca-file verifies it there too")
+	fs.StringToStringVar(&o.clusterLabels, "cluster-labels", nil, "labels this cluster registers at the lease API, e.g. site=primary,region=eu (spec.placement selects clusters by them); in fleet mode, DIR/<cluster>.labels (the same form) replaces them for that cluster")
+	fs.DurationVar(&o.fleetViewInterval, "fleet-view-interval", fleet.DefaultViewInterval, "how often the agent lists the fleet's clusters at the lease API, for spec.placement's failback")
 	flags.Version(fs, &o.showVersion)
 }
 
@@ -95,6 +100,11 @@ func (o *options) validate() error {
 		return fmt.Errorf("--kube-api-qps must be above 0 and --kube-api-burst at least 1")
 	case o.concurrentReconciles < 1:
 		return fmt.Errorf("--concurrent-reconciles must be at least 1")
+	case o.fleetViewInterval <= 0:
+		return fmt.Errorf("--fleet-view-interval must be above 0")
+	}
+	if err := validateLabels(o.clusterLabels); err != nil {
+		return fmt.Errorf("--cluster-labels: %w", err)
 	}
 	if o.fenceImage != "" && (o.fleetKubeconfigDir != "" || !o.managedWorkloads) {
 		return fmt.Errorf("--fence-image needs --managed-workloads and no --fleet-kubeconfig-dir: only an agent that serves the admission webhooks puts berth-fence into Pods")
@@ -112,6 +122,18 @@ func (o *options) validate() error {
 	}
 	if fi, err := os.Stat(o.fleetKubeconfigDir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("--fleet-kubeconfig-dir %s: not a folder", o.fleetKubeconfigDir)
+	}
+	return nil
+}
+
+// validateLabels checks that labels are valid Kubernetes labels, as
+// spec.placement's selectors match them.
+func validateLabels(labels map[string]string) error {
+	for k, v := range labels {
+		errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...)
+		if len(errs) > 0 {
+			return fmt.Errorf("%s=%s: %s", k, v, strings.Join(errs, "; "))
+		}
 	}
 	return nil
 }

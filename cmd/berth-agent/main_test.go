@@ -2,14 +2,17 @@ package main
 
 import (
 	"flag"
+	"maps"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/berthfleet/berth/cmd/internal/flags"
 	"github.com/berthfleet/berth/cmd/internal/logging"
+	"github.com/berthfleet/berth/fleet"
 	"github.com/berthfleet/berth/reconciler"
 )
 
@@ -17,7 +20,7 @@ import (
 // pass (Go flag's spellings included) keep their meaning.
 func TestParseFlags(t *testing.T) {
 	defaults := options{operatorNamespace: "berth-system", webhookPort: 9443, webhookService: "berth-agent-webhook", metricsBindAddress: ":8080",
-		healthProbeBindAddress: ":8081", heartbeatInterval: 10 * time.Second,
+		healthProbeBindAddress: ":8081", heartbeatInterval: 10 * time.Second, fleetViewInterval: fleet.DefaultViewInterval,
 		kubeAPIQPS: defaultKubeAPIQPS, kubeAPIBurst: defaultKubeAPIBurst, concurrentReconciles: reconciler.DefaultConcurrentReconciles}
 	with := func(f func(*options)) options { o := defaults; f(&o); return o }
 	cases := map[string]struct {
@@ -92,6 +95,7 @@ func TestValidate(t *testing.T) {
 	// valid is o with the flags that have defaults at them.
 	valid := func(o options) options {
 		o.kubeAPIQPS, o.kubeAPIBurst, o.concurrentReconciles = defaultKubeAPIQPS, defaultKubeAPIBurst, reconciler.DefaultConcurrentReconciles
+		o.fleetViewInterval = fleet.DefaultViewInterval
 		return o
 	}
 	cases := map[string]struct {
@@ -124,8 +128,12 @@ func TestValidate(t *testing.T) {
 			o: valid(changed(selfManaged(options{leaseAPIURL: "http://x", managedWorkloads: true}), func(o *options) { o.operatorNamespace = "berth.system" })), wantErr: true,
 		},
 		"bad Service name, certificates not managed": {o: valid(options{leaseAPIURL: "http://x", webhookService: "berth.webhook"})},
-		"no client rate": {o: options{leaseAPIURL: "http://x", kubeAPIBurst: 1, concurrentReconciles: 1}, wantErr: true},
-		"no reconciles":  {o: options{leaseAPIURL: "http://x", kubeAPIQPS: 1, kubeAPIBurst: 1}, wantErr: true},
+		"no client rate":  {o: options{leaseAPIURL: "http://x", kubeAPIBurst: 1, concurrentReconciles: 1, fleetViewInterval: time.Second}, wantErr: true},
+		"no reconciles":   {o: options{leaseAPIURL: "http://x", kubeAPIQPS: 1, kubeAPIBurst: 1, fleetViewInterval: time.Second}, wantErr: true},
+		"no fleet view":   {o: changed(valid(options{leaseAPIURL: "http://x"}), func(o *options) { o.fleetViewInterval = 0 }), wantErr: true},
+		"cluster labels":  {o: valid(options{leaseAPIURL: "http://x", clusterLabels: map[string]string{"site": "primary", "topology.example.com/zone": "eu-1"}})},
+		"bad label key":   {o: valid(options{leaseAPIURL: "http://x", clusterLabels: map[string]string{"site primary": "x"}}), wantErr: true},
+		"bad label value": {o: valid(options{leaseAPIURL: "http://x", clusterLabels: map[string]string{"site": "primary/eu"}}), wantErr: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -157,6 +165,26 @@ func TestClusterTokenFile(t *testing.T) {
 	}
 	if got, want := clusterTokenFile(o, "east"), dir+"/east.token"; got != want {
 		t.Errorf("with east.token: %q, want %q", got, want)
+	}
+}
+
+func TestClusterLabels(t *testing.T) {
+	dir := t.TempDir()
+	o := options{fleetKubeconfigDir: dir, clusterLabels: map[string]string{"site": "backup"}}
+	if got := clusterLabels(o, "east", logr.Discard()); !maps.Equal(got, o.clusterLabels) {
+		t.Errorf("without east.labels: %v, want --cluster-labels", got)
+	}
+	if err := os.WriteFile(dir+"/east.labels", []byte("site=primary, region=eu\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := clusterLabels(o, "east", logr.Discard()), map[string]string{"site": "primary", "region": "eu"}; !maps.Equal(got, want) {
+		t.Errorf("with east.labels: %v, want %v", got, want)
+	}
+	if err := os.WriteFile(dir+"/west.labels", []byte("site=primary/eu"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := clusterLabels(o, "west", logr.Discard()); !maps.Equal(got, o.clusterLabels) {
+		t.Errorf("with bad labels in west.labels: %v, want --cluster-labels", got)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -71,13 +72,16 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		OperatorNamespace:    o.operatorNamespace,
 		ConcurrentReconciles: o.concurrentReconciles,
 	}
-	var registrar *fleet.Registrar
+	var (
+		registrar *fleet.Registrar
+		view      *fleet.View
+	)
 	if o.clusterID != "" {
 		direct, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: scheme})
 		if err != nil {
 			return err
 		}
-		registrar = &fleet.Registrar{ClusterID: o.clusterID, AgentVersion: version, Registry: leases,
+		registrar = &fleet.Registrar{ClusterID: o.clusterID, AgentVersion: version, Registry: leases, Labels: o.clusterLabels,
 			Interval: o.heartbeatInterval, Log: log.WithName("fleet")}
 		if err := registrar.RegisterFirst(ctx, direct); err != nil {
 			return err
@@ -89,6 +93,11 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		if err := mgr.AddReadyzCheck("registered", registrar.Checker); err != nil {
 			return err
 		}
+		view = o.fleetView(leases, log)
+		r.Fleet = view
+		if err := mgr.Add(view); err != nil {
+			return err
+		}
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the BerthLease controller: %w", err)
@@ -96,6 +105,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	if registrar != nil {
 		// Set once the controller exists: SetupWithManager wires r.Wake.
 		registrar.OnChange = func(ctx context.Context) { fleet.WakeAll(logr.NewContext(ctx, log), mgr.GetClient(), r.Wake) }
+		view.OnChange = r.WakePlacement
 	}
 	if err := addProbes(mgr, leases); err != nil {
 		return err
@@ -115,6 +125,12 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	}
 	log.Info("starting berth-agent", "version", version, "cluster", o.clusterID, "managedWorkloads", o.managedWorkloads, "leaseAPI", o.leaseAPIURL)
 	return mgr.Start(ctx)
+}
+
+// fleetView is the agent's view of the fleet at the lease API, for
+// spec.placement's failback (--fleet-view-interval).
+func (o options) fleetView(leases fleet.ClusterLister, log logr.Logger) *fleet.View {
+	return &fleet.View{Lister: leases, Interval: o.fleetViewInterval, Log: log.WithName("fleet-view")}
 }
 
 // probed is the part of a manager that takes health and readiness checks.
@@ -335,6 +351,10 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	view := o.fleetView(nil, log) // it lists the fleet with the members' tokens (below)
+	if err := mgr.GetLocalManager().Add(view); err != nil {
+		return err
+	}
 	members := &fleet.Members{
 		LeaseClient: func(id string) (fleet.LeaseClient, error) {
 			leases, err := newLeaseClient(o, clusterTokenFile(o, id), log.WithValues("cluster", id))
@@ -348,8 +368,11 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 		AgentVersion:         version,
 		HeartbeatInterval:    o.heartbeatInterval,
 		ConcurrentReconciles: o.concurrentReconciles,
+		Labels:               func(id string) map[string]string { return clusterLabels(o, id, log) },
+		Fleet:                view,
 		Log:                  log,
 	}
+	view.Lister, view.OnChange = members, members.WakePlacement
 	dir.BeforeLeave = members.Leave
 	if err := members.SetupWithManager(mgr); err != nil {
 		return err
@@ -368,6 +391,31 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 	log.Info("starting berth-agent in fleet mode", "version", version, "dir", o.fleetKubeconfigDir, "hostCluster", o.kubeconfig != "",
 		"managedWorkloads", o.managedWorkloads, "leaseAPI", o.leaseAPIURL)
 	return mgr.Start(ctx)
+}
+
+// clusterLabels are the labels a fleet-mode cluster registers:
+// DIR/<cluster>.labels (key=value pairs separated by commas) when it
+// exists, else --cluster-labels. A file that cannot be read or holds bad
+// labels is logged and the cluster registers --cluster-labels.
+func clusterLabels(o options, id string, log logr.Logger) map[string]string {
+	path := filepath.Join(o.fleetKubeconfigDir, id+".labels")
+	data, err := os.ReadFile(path)
+	switch {
+	case os.IsNotExist(err):
+		return o.clusterLabels
+	case err != nil:
+		log.Error(err, "cannot read the cluster's labels; it registers --cluster-labels", "cluster", id)
+		return o.clusterLabels
+	}
+	set, err := labels.ConvertSelectorToLabelsMap(strings.TrimSpace(string(data)))
+	if err == nil {
+		err = validateLabels(set)
+	}
+	if err != nil {
+		log.Error(err, "bad labels; the cluster registers --cluster-labels", "cluster", id, "file", path)
+		return o.clusterLabels
+	}
+	return set
 }
 
 // clusterTokenFile is the lease API token of a fleet-mode cluster:

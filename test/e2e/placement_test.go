@@ -66,11 +66,6 @@ func placement() *berthv1alpha1.Placement {
 // every handover (no two clusters at once). One fleet serves the scenarios
 // in turn.
 func TestPlacement(t *testing.T) {
-	// Until the agent's side of placement is built, its flags are unknown and
-	// its agents would not start. TODO(issue 17): drop this once it is on main.
-	if help, _ := exec.Command(binaries.Path("berth-agent"), "--help").CombinedOutput(); !strings.Contains(string(help), "fleet-view-interval") {
-		t.Skip("berth-agent has no --fleet-view-interval yet: the agent's side of placement (issue 17) is not built")
-	}
 	w := workload
 	w.Failover = &berthv1alpha1.Failover{UnreadySeconds: int32(unreadyFor / time.Second), MaxMoves: maxMoves, WindowSeconds: 60}
 	labels := map[string][]string{}

@@ -1,0 +1,442 @@
+package reconciler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
+	"github.com/berthfleet/berth/leaseapi"
+	leaseclient "github.com/berthfleet/berth/leaseapi/client"
+)
+
+// Reasons of the Events placement emits on a BerthLease.
+const (
+	// ReasonFailingBack (Normal): the holder moves the lease to a more
+	// preferred cluster that has been healthy for the stabilization window.
+	ReasonFailingBack = berthv1alpha1.FailingBackReason
+	// ReasonFailingOver (Warning): the holder's Pods stayed not Ready for
+	// spec.failover.unreadySeconds; it moves the lease to another cluster.
+	ReasonFailingOver = berthv1alpha1.FailingOverReason
+	// ReasonFailoverLimited (Warning): the Pods are not Ready, but the lease
+	// moved spec.failover.maxMoves times within the window: it stays.
+	ReasonFailoverLimited = berthv1alpha1.FailoverLimitedReason
+)
+
+// ClusterView is the fleet as this agent last saw it at the lease API
+// (fleet.View): what failback decides on.
+type ClusterView interface {
+	// Clusters returns the registered clusters, and false when the view is
+	// not current (the last look at the lease API failed): no failback is
+	// decided on an old view.
+	Clusters() ([]ViewedCluster, bool)
+}
+
+// ViewedCluster is one registered cluster as the fleet view saw it.
+type ViewedCluster struct {
+	ID     string
+	Labels map[string]string
+	// HealthySince is since when the view has seen the cluster healthy
+	// (heartbeating and not cordoned) at every look, without a break; zero
+	// when it is not healthy now.
+	HealthySince time.Time
+}
+
+// Mover is what a LeaseClient may also offer for placement
+// (leaseclient.Client does): moving a term, and a lease's term history,
+// which counts the moves.
+type Mover interface {
+	Move(ctx context.Context, namespace, name, holder string, fencingToken int32, to string) (leaseapi.Lease, error)
+	History(ctx context.Context, namespace, name string, limit int) ([]leaseapi.Term, error)
+}
+
+var _ Mover = (*leaseclient.Client)(nil)
+
+// placementMemory is what placement keeps of one BerthLease between
+// reconciles. Only the BerthLease's reconcile touches it (one at a time).
+type placementMemory struct {
+	// token is the term the rest is about.
+	token int32
+	// activeSince is when this agent first saw the term active (its Pods
+	// may run): unreadiness counts from then at the earliest.
+	activeSince time.Time
+	// limited: the FailoverLimited Event was emitted for this term.
+	limited bool
+	// failedBackTo is the cluster this agent last moved the lease to by a
+	// failback, at failedBackAt: when the lease comes back here instead
+	// (that cluster did not take it), it is not a failback target again
+	// before the stabilization window has passed.
+	failedBackTo string
+	failedBackAt time.Time
+}
+
+// place is spec.placement's failback and spec.failover's health-based
+// failover, for a term this cluster holds and runs: it moves the term to
+// another cluster when the Pods stayed not Ready too long, or when a more
+// preferred cluster has been healthy for the stabilization window. A move
+// is a handover like a cordon: the lease API revokes the term and reserves
+// the lease for the next holder; the next reconcile stops the Pods and
+// gives the term up. It returns when to look again (zero: at the next
+// event; now: at once, the term moved).
+func (r *BerthLeaseReconciler) place(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation, d Decision) time.Time {
+	spec := bl.Spec
+	failback := spec.Placement != nil && spec.Placement.Failback != nil && r.Fleet != nil
+	failover := spec.Failover != nil && r.ManagedWorkloads
+	mem := p.mem
+	if !failback && !failover || d.Phase != PhaseActive || !p.facts.MayRun() || mem.gone || mem.superseded || r.ClusterIdentity == "" {
+		return time.Time{}
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	mover, ok := r.LeaseClient.(Mover)
+	if !ok {
+		log.V(1).Info("placement needs a lease API client that moves terms; this one does not")
+		return time.Time{}
+	}
+	now, term := r.Clock.Now(), p.facts.Term
+	pm := &mem.placement
+	if pm.token != term.Token {
+		*pm = placementMemory{token: term.Token, activeSince: now, failedBackTo: pm.failedBackTo, failedBackAt: pm.failedBackAt}
+	}
+	pl := placer{r: r, bl: bl, mem: mem, mover: mover, term: term, now: now, log: log}
+
+	var wake time.Time
+	if failover {
+		moved, next := pl.failover(ctx, pm, p.running)
+		if moved {
+			return now
+		}
+		wake = next
+	}
+	if failback {
+		moved, next := pl.failback(ctx, pm)
+		if moved {
+			return now
+		}
+		wake = earliestSet(wake, next)
+	}
+	return wake
+}
+
+// placer carries one reconcile's placement decision.
+type placer struct {
+	r     *BerthLeaseReconciler
+	bl    *berthv1alpha1.BerthLease
+	mem   *memory
+	mover Mover
+	term  *Term
+	now   time.Time
+	log   logr.Logger
+	// terms is the lease's history, read once when needed (history).
+	terms []leaseapi.Term
+	read  bool
+}
+
+// failover moves the term to any other cluster once a Pod has stayed not
+// Ready for unreadySeconds, unless the lease moved maxMoves times within
+// the window.
+func (pl *placer) failover(ctx context.Context, pm *placementMemory, running []corev1.Pod) (moved bool, wake time.Time) {
+	f := pl.bl.Spec.Failover
+	since := unreadySince(running, pm.activeSince)
+	if since.IsZero() {
+		return false, time.Time{}
+	}
+	unready := time.Duration(f.UnreadySeconds) * time.Second
+	if due := since.Add(unready); pl.now.Before(due) {
+		pl.log.V(1).Info("Pods not Ready; failover due later", "unreadySince", since, "due", due)
+		return false, due
+	}
+	if limited, until := pl.limited(ctx); limited {
+		if !pm.limited {
+			pm.limited = true
+			pl.event(corev1.EventTypeWarning, ReasonFailoverLimited, fmt.Sprintf(
+				"Pods not Ready for %s, but the lease moved %d times within %ds (spec.failover.maxMoves): it stays here",
+				pl.now.Sub(since).Round(time.Second), cmp.Or(f.MaxMoves, defaultMaxMoves), cmp.Or(f.WindowSeconds, defaultWindowSeconds)))
+		}
+		return false, until
+	}
+	note := fmt.Sprintf("Pods not Ready for %s (spec.failover.unreadySeconds %d): moving the lease to another cluster", pl.now.Sub(since).Round(time.Second), f.UnreadySeconds)
+	return pl.move(ctx, "", corev1.EventTypeWarning, ReasonFailingOver, note), time.Time{}
+}
+
+// failback moves the term to the most preferred cluster that ranks above
+// this one and has been healthy for the stabilization window.
+func (pl *placer) failback(ctx context.Context, pm *placementMemory) (moved bool, wake time.Time) {
+	pl0 := pl.bl.Spec.Placement
+	view, current := pl.r.Fleet.Clusters()
+	if !current {
+		// The view wakes placement when it is current again.
+		return false, time.Time{}
+	}
+	stabilization := time.Duration(cmp.Or(pl0.Failback.StabilizationSeconds, defaultStabilizationSeconds)) * time.Second
+	held := map[string]time.Time{}
+	if pm.failedBackTo != "" {
+		held[pm.failedBackTo] = pm.failedBackAt
+	}
+	target, due := failbackTarget(pl0.Preferred, pl.r.ClusterIdentity, view, held, stabilization, pl.now)
+	if target == "" {
+		return false, due
+	}
+	// The cluster the lease last moved away from is stable only from then
+	// on: a failover (or an administrator's move) from it is not undone
+	// before the window has passed.
+	terms, err := pl.history(ctx)
+	if err != nil {
+		pl.log.Error(err, "cannot read the lease's history for a failback; trying again later")
+		return false, pl.now.Add(retryInterval(time.Duration(pl.bl.Spec.HeartbeatIntervalSeconds) * time.Second))
+	}
+	for id, at := range movedAway(terms) {
+		held[id] = latest(held[id], at)
+	}
+	if target, due = failbackTarget(pl0.Preferred, pl.r.ClusterIdentity, view, held, stabilization, pl.now); target == "" {
+		return false, due
+	}
+	if limited, until := pl.limited(ctx); limited {
+		pl.log.V(1).Info("failback held: the lease moved spec.failover.maxMoves times within the window", "to", target, "until", until)
+		return false, until
+	}
+	note := fmt.Sprintf("cluster %s is preferred and has been healthy for %s (spec.placement.failback.stabilizationSeconds): moving the lease to it", target, stabilization)
+	if !pl.move(ctx, target, corev1.EventTypeNormal, ReasonFailingBack, note) {
+		return false, pl.now.Add(retryInterval(time.Duration(pl.bl.Spec.HeartbeatIntervalSeconds) * time.Second))
+	}
+	pm.failedBackTo, pm.failedBackAt = target, pl.now
+	return true, time.Time{}
+}
+
+// Defaults of the placement fields, as the CRD sets them.
+const (
+	defaultStabilizationSeconds = 300
+	defaultMaxMoves             = 3
+	defaultWindowSeconds        = 3600
+)
+
+// limited reports whether spec.failover limits moves now (the lease moved
+// maxMoves times within the window), and until when. Without
+// spec.failover, nothing limits a failback. A history that cannot be read
+// limits too: a move waits for it.
+func (pl *placer) limited(ctx context.Context) (bool, time.Time) {
+	f := pl.bl.Spec.Failover
+	if f == nil {
+		return false, time.Time{}
+	}
+	terms, err := pl.history(ctx)
+	if err != nil {
+		pl.log.Error(err, "cannot read the lease's history to count its moves; trying again later")
+		return true, pl.now.Add(retryInterval(time.Duration(pl.bl.Spec.HeartbeatIntervalSeconds) * time.Second))
+	}
+	window := time.Duration(cmp.Or(f.WindowSeconds, defaultWindowSeconds)) * time.Second
+	n, oldest := movesWithin(terms, pl.now.Add(-window))
+	if n < int(cmp.Or(f.MaxMoves, defaultMaxMoves)) {
+		return false, time.Time{}
+	}
+	return true, oldest.Add(window)
+}
+
+// history reads the lease's term history once per reconcile.
+func (pl *placer) history(ctx context.Context) ([]leaseapi.Term, error) {
+	if pl.read {
+		return pl.terms, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, pl.r.CallTimeout)
+	defer cancel()
+	terms, err := pl.mover.History(ctx, pl.bl.Namespace, pl.bl.EffectiveLeaseName(), 0)
+	if err != nil && !errors.Is(err, leaseclient.ErrNotFound) {
+		return nil, err
+	}
+	pl.terms, pl.read = terms, true
+	return terms, nil
+}
+
+// move asks the lease API to move the term to (empty: any other cluster),
+// and on success emits the Event and marks the term revoked, so that the
+// next reconcile hands it over at once. It reports whether the term moved.
+func (pl *placer) move(ctx context.Context, to, eventType, reason, note string) bool {
+	ctx, cancel := context.WithTimeout(ctx, pl.r.CallTimeout)
+	defer cancel()
+	if deadline := pl.term.Deadline; pl.r.Clock.Now().Before(deadline) {
+		var cancelAtDeadline context.CancelFunc
+		ctx, cancelAtDeadline = context.WithDeadline(ctx, pl.r.wallDeadline(deadline))
+		defer cancelAtDeadline()
+	}
+	l, err := pl.mover.Move(ctx, pl.bl.Namespace, pl.bl.EffectiveLeaseName(), pl.term.Holder, pl.term.Token, to)
+	if err != nil {
+		pl.log.Error(err, "cannot move the lease", "reason", reason, "to", to, "token", pl.term.Token)
+		return false
+	}
+	pl.log.Info("moving the lease", "reason", reason, "to", cmp.Or(to, "any other cluster"), "token", pl.term.Token, "expiresAt", l.ExpiresAt)
+	pl.event(eventType, reason, note)
+	pl.mem.update(func(t tenure) tenure { return t.moved(pl.term.Token) })
+	return true
+}
+
+// event records an Event on the BerthLease.
+func (pl *placer) event(eventType, reason, note string) {
+	if pl.r.Recorder != nil {
+		pl.r.Recorder.Eventf(pl.bl, nil, eventType, reason, "Placement", "%s", note)
+	}
+}
+
+// unreadySince is since when the workload has not been Ready: the earliest
+// moment one of the running Pods (not being deleted) has been not Ready
+// since, counted from the later of activeSince, the Pod's creation and its
+// Ready condition's last change. Zero when every one is Ready.
+func unreadySince(running []corev1.Pod, activeSince time.Time) time.Time {
+	var since time.Time
+	for i := range running {
+		pod := &running[i]
+		if !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		from := latest(activeSince, pod.CreationTimestamp.Time)
+		ready := false
+		for _, c := range pod.Status.Conditions {
+			if c.Type != corev1.PodReady {
+				continue
+			}
+			ready = c.Status == corev1.ConditionTrue
+			from = latest(from, c.LastTransitionTime.Time)
+		}
+		if !ready && (since.IsZero() || from.Before(since)) {
+			since = from
+		}
+	}
+	return since
+}
+
+// rank is where a cluster stands in the preference: the index of the first
+// entry that names it (by id, or by a selector of its labels), or
+// len(prefs) when none does.
+func rank(prefs []berthv1alpha1.ClusterPreference, id string, clusterLabels map[string]string) int {
+	for i, pref := range prefs {
+		if pref.Cluster != "" && pref.Cluster == id {
+			return i
+		}
+		if pref.Selector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(pref.Selector)
+		if err == nil && !sel.Empty() && sel.Matches(labels.Set(clusterLabels)) {
+			return i
+		}
+	}
+	return len(prefs)
+}
+
+// failbackTarget is the cluster a holder (self) fails back to now: the
+// best ranked of the clusters that rank above self and have been healthy
+// for the stabilization window, counted from the later of HealthySince and
+// the time held says for that cluster (ties: the one stable longest, then
+// by id). With no such cluster yet, due is when the first of the better
+// ranked healthy clusters will be (zero: none is healthy). A holder that
+// is not in the view fails back nowhere: its own rank is not known.
+func failbackTarget(prefs []berthv1alpha1.ClusterPreference, self string, view []ViewedCluster, held map[string]time.Time, stabilization time.Duration, now time.Time) (target string, due time.Time) {
+	i := slices.IndexFunc(view, func(c ViewedCluster) bool { return c.ID == self })
+	if i < 0 {
+		return "", time.Time{}
+	}
+	selfRank := rank(prefs, self, view[i].Labels)
+	bestRank, bestFrom := selfRank, time.Time{}
+	for _, c := range view {
+		if c.ID == self || c.HealthySince.IsZero() {
+			continue
+		}
+		cr := rank(prefs, c.ID, c.Labels)
+		if cr >= selfRank {
+			continue
+		}
+		from := latest(c.HealthySince, held[c.ID])
+		if ready := from.Add(stabilization); now.Before(ready) {
+			due = earliestSet(due, ready)
+			continue
+		}
+		if cr < bestRank || cr == bestRank && (from.Before(bestFrom) || from.Equal(bestFrom) && c.ID < target) {
+			target, bestRank, bestFrom = c.ID, cr, from
+		}
+	}
+	if target != "" {
+		return target, time.Time{}
+	}
+	return "", due
+}
+
+// movedAway is, for each cluster, when its last term that ended moved
+// ended.
+func movedAway(terms []leaseapi.Term) map[string]time.Time {
+	at := map[string]time.Time{}
+	for _, t := range terms {
+		if t.Ending == leaseapi.TermMoved && t.EndedAt.After(at[t.Holder]) {
+			at[t.Holder] = t.EndedAt
+		}
+	}
+	return at
+}
+
+// movesWithin counts the terms that ended moved after since, and the
+// earliest end among them.
+func movesWithin(terms []leaseapi.Term, since time.Time) (n int, oldest time.Time) {
+	for _, t := range terms {
+		if t.Ending != leaseapi.TermMoved || !t.EndedAt.After(since) {
+			continue
+		}
+		n++
+		if oldest.IsZero() || t.EndedAt.Before(oldest) {
+			oldest = t.EndedAt
+		}
+	}
+	return n, oldest
+}
+
+// latest is the later of two times.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// earliestSet is the earlier of two times, either of which may be zero
+// (unset).
+func earliestSet(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero():
+		return a
+	}
+	return earliest(a, b)
+}
+
+// WakePlacement wakes every BerthLease whose term this reconciler holds and
+// whose spec asks for failback: the fleet view changed (a cluster turned
+// healthy or unhealthy, was cordoned or registered), so a failback may be
+// due, or no longer.
+func (r *BerthLeaseReconciler) WakePlacement(ctx context.Context) {
+	if r.Wake == nil {
+		return
+	}
+	r.mu.Lock()
+	var names []types.NamespacedName
+	for _, m := range r.memory {
+		if m.last != nil && m.last.Spec.Placement != nil && m.last.Spec.Placement.Failback != nil && m.read().term != nil {
+			names = append(names, m.name)
+		}
+	}
+	r.mu.Unlock()
+	for _, name := range names {
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		r.Wake(wctx, name)
+		timedOut := wctx.Err() != nil
+		cancel()
+		if timedOut {
+			return // the controller does not run (not the leader)
+		}
+	}
+}
