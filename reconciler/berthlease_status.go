@@ -244,7 +244,7 @@ func acquiredCondition(in statusInput) metav1.Condition {
 		c.Reason, c.Message = ReasonInvalidSpec, in.specErr.Error()
 	case f.Revoked:
 		c.Reason = ReasonRevoked
-		c.Message = fmt.Sprintf("an administrator revoked this cluster's term (fencing token %d): its Pods are stopped, then the lease is released to another cluster", mem.observed.FencingToken)
+		c.Message = fmt.Sprintf("this cluster's term (fencing token %d) was revoked or moved at the lease API (by an administrator, or by placement: see the Events): its Pods are stopped, then the lease goes to another cluster", mem.observed.FencingToken)
 	case in.decision.Phase == PhaseStopping:
 		c.Reason, c.Message = ReasonStopping, fmt.Sprintf("stopping %d running Pod(s) before giving the lease up", f.RunningPods)
 	case f.Term != nil && in.decision.Phase == PhaseActive:

@@ -163,6 +163,15 @@ func (pl *placer) failover(ctx context.Context, pm *placementMemory, running []c
 		}
 		return false, until
 	}
+	if pl.r.Fleet != nil {
+		// A move with nowhere to go only stops the workload for a TTL and
+		// brings the lease back here. The view wakes the BerthLease when
+		// another cluster turns healthy.
+		if view, current := pl.r.Fleet.Clusters(); current && !slices.ContainsFunc(view, func(c ViewedCluster) bool { return c.ID != pl.r.ClusterIdentity && !c.HealthySince.IsZero() }) {
+			pl.log.V(1).Info("Pods not Ready, but no other cluster is healthy to fail over to", "unreadySince", since)
+			return false, time.Time{}
+		}
+	}
 	note := fmt.Sprintf("Pods not Ready for %s (spec.failover.unreadySeconds %d): moving the lease to another cluster", pl.now.Sub(since).Round(time.Second), f.UnreadySeconds)
 	return pl.move(ctx, "", corev1.EventTypeWarning, ReasonFailingOver, note), time.Time{}
 }
@@ -402,6 +411,11 @@ func latest(a, b time.Time) time.Time {
 	return b
 }
 
+// placed reports whether a spec asks for failback or failover.
+func placed(s berthv1alpha1.BerthLeaseSpec) bool {
+	return s.Placement != nil && s.Placement.Failback != nil || s.Failover != nil
+}
+
 // earliestSet is the earlier of two times, either of which may be zero
 // (unset).
 func earliestSet(a, b time.Time) time.Time {
@@ -415,9 +429,10 @@ func earliestSet(a, b time.Time) time.Time {
 }
 
 // WakePlacement wakes every BerthLease whose term this reconciler holds and
-// whose spec asks for failback: the fleet view changed (a cluster turned
-// healthy or unhealthy, was cordoned or registered), so a failback may be
-// due, or no longer.
+// whose spec asks for failback or failover: the fleet view changed (a
+// cluster turned healthy or unhealthy, was cordoned or registered), so a
+// failback may be due, or no longer, and a failover may have somewhere to
+// go.
 func (r *BerthLeaseReconciler) WakePlacement(ctx context.Context) {
 	if r.Wake == nil {
 		return
@@ -425,7 +440,7 @@ func (r *BerthLeaseReconciler) WakePlacement(ctx context.Context) {
 	r.mu.Lock()
 	var names []types.NamespacedName
 	for _, m := range r.memory {
-		if m.last != nil && m.last.Spec.Placement != nil && m.last.Spec.Placement.Failback != nil && m.read().term != nil {
+		if m.last != nil && placed(m.last.Spec) && m.read().term != nil {
 			names = append(names, m.name)
 		}
 	}

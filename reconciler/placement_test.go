@@ -1,11 +1,16 @@
 package reconciler
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi"
@@ -156,5 +161,171 @@ func TestMovesWithin(t *testing.T) {
 	away := movedAway(terms)
 	if len(away) != 2 || !away["b"].Equal(t0.Add(40*time.Second)) || !away["c"].Equal(t0.Add(20*time.Second)) {
 		t.Errorf("movedAway = %v", away)
+	}
+}
+
+// mover is a LeaseClient that moves terms and serves a history; the
+// other calls are not made by place.
+type mover struct {
+	LeaseClient
+	terms []leaseapi.Term
+	moves []string
+	err   error
+}
+
+func (m *mover) Move(_ context.Context, _, _, _ string, _ int32, to string) (leaseapi.Lease, error) {
+	if m.err != nil {
+		return leaseapi.Lease{}, m.err
+	}
+	m.moves = append(m.moves, to)
+	return leaseapi.Lease{}, nil
+}
+
+func (m *mover) History(context.Context, string, string, int) ([]leaseapi.Term, error) {
+	return m.terms, nil
+}
+
+// view is a ClusterView that shows what it holds.
+type view struct {
+	clusters []ViewedCluster
+	current  bool
+}
+
+func (v *view) Clusters() ([]ViewedCluster, bool) { return v.clusters, v.current }
+
+// placeRig is a reconciler and one held, active term of a BerthLease, for
+// place.
+type placeRig struct {
+	r     *BerthLeaseReconciler
+	clk   *clocktesting.FakeClock
+	mv    *mover
+	fleet *view
+	rec   *events.FakeRecorder
+	bl    *berthv1alpha1.BerthLease
+	mem   *memory
+}
+
+func newPlaceRig(spec berthv1alpha1.BerthLeaseSpec) *placeRig {
+	clk := clocktesting.NewFakeClock(t0)
+	g := &placeRig{clk: clk, mv: &mover{}, fleet: &view{current: true}, rec: events.NewFakeRecorder(10), mem: &memory{}}
+	g.r = &BerthLeaseReconciler{LeaseClient: g.mv, Fleet: g.fleet, Recorder: g.rec, Clock: clk, ClusterIdentity: "b", ManagedWorkloads: true, CallTimeout: time.Second}
+	spec.TTLSeconds, spec.HeartbeatIntervalSeconds = 9, 3
+	g.bl = &berthv1alpha1.BerthLease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "job"}, Spec: spec}
+	g.mem.tenure.term = &Term{Holder: "b", Token: 7, Deadline: t0.Add(time.Hour), RenewDue: t0.Add(time.Hour)}
+	return g
+}
+
+// place runs place on the rig's term with pods running, and returns when
+// it looks again.
+func (g *placeRig) place(pods ...corev1.Pod) time.Time {
+	t := g.mem.read()
+	p := &observation{mem: g.mem, running: pods, facts: t.intoFacts(Facts{Now: g.clk.Now()})}
+	return g.r.place(context.Background(), g.bl, p, Decision{Phase: PhaseActive})
+}
+
+func (g *placeRig) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-g.rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func TestPlaceFailover(t *testing.T) {
+	no := false
+	g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{Failover: &berthv1alpha1.Failover{UnreadySeconds: 5, MaxMoves: 2, WindowSeconds: 60}})
+	g.fleet.clusters = []ViewedCluster{{ID: "a", HealthySince: t0}, {ID: "b", HealthySince: t0}}
+	unready := readyPod("p", t0.Add(-time.Hour), &no, t0.Add(-time.Minute))
+
+	// The term is first seen active now: unreadiness counts from here.
+	if wake := g.place(unready); !wake.Equal(t0.Add(5 * time.Second)) {
+		t.Fatalf("first look: wake %s, want unreadySeconds later", wake)
+	}
+	if len(g.mv.moves) != 0 {
+		t.Fatalf("moved before unreadySeconds: %v", g.mv.moves)
+	}
+	// Nobody else healthy: no move, whatever the time.
+	g.clk.Step(5 * time.Second)
+	g.fleet.clusters[0].HealthySince = time.Time{}
+	if g.place(unready); len(g.mv.moves) != 0 {
+		t.Fatalf("failed over with no other healthy cluster: %v", g.mv.moves)
+	}
+	g.fleet.clusters[0].HealthySince = t0
+	if wake := g.place(unready); !wake.Equal(g.clk.Now()) || len(g.mv.moves) != 1 || g.mv.moves[0] != "" {
+		t.Fatalf("unready for 5 s: wake %s, moves %q; want a move to any cluster now", wake, g.mv.moves)
+	}
+	if f := g.mem.read().intoFacts(Facts{}); !f.Revoked {
+		t.Errorf("after the move the term is not revoked: the next reconcile would not hand it over")
+	}
+	if ev := g.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning FailingOver ") {
+		t.Errorf("events %q, want one Warning FailingOver", ev)
+	}
+
+	// A new term, with the lease moved twice in the last minute: limited.
+	g = newPlaceRig(g.bl.Spec)
+	g.fleet.clusters = []ViewedCluster{{ID: "a", HealthySince: t0}, {ID: "b", HealthySince: t0}}
+	g.mv.terms = []leaseapi.Term{
+		{Holder: "b", FencingToken: 7, AcquiredAt: t0.Add(-10 * time.Second)},
+		{Holder: "a", FencingToken: 6, EndedAt: t0.Add(-20 * time.Second), Ending: leaseapi.TermMoved},
+		{Holder: "b", FencingToken: 5, EndedAt: t0.Add(-40 * time.Second), Ending: leaseapi.TermMoved},
+	}
+	g.place(unready)
+	g.clk.Step(5 * time.Second)
+	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.Equal(t0.Add(20*time.Second)) {
+		t.Fatalf("limited: moves %q, wake %s; want none, and a look when the oldest move leaves the window", g.mv.moves, wake)
+	}
+	g.place(unready)
+	if ev := g.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning FailoverLimited ") {
+		t.Errorf("events %q, want one Warning FailoverLimited (once per term)", ev)
+	}
+	g.clk.SetTime(t0.Add(20 * time.Second))
+	if g.place(unready); len(g.mv.moves) != 1 {
+		t.Errorf("once a move left the window: moves %q, want one", g.mv.moves)
+	}
+}
+
+func TestPlaceFailback(t *testing.T) {
+	g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{Placement: &berthv1alpha1.Placement{
+		Preferred: primaryFirst(), Failback: &berthv1alpha1.Failback{StabilizationSeconds: 10},
+	}})
+	primary := map[string]string{"site": "primary"}
+	g.fleet.clusters = []ViewedCluster{{ID: "a", Labels: primary, HealthySince: t0.Add(-5 * time.Second)}, {ID: "b", HealthySince: t0.Add(-time.Hour)}}
+	if wake := g.place(); !wake.Equal(t0.Add(5*time.Second)) || len(g.mv.moves) != 0 {
+		t.Fatalf("a healthy for 5 s: wake %s, moves %q; want a look when its window is over", wake, g.mv.moves)
+	}
+	g.fleet.current = false
+	g.clk.Step(5 * time.Second)
+	if wake := g.place(); !wake.IsZero() || len(g.mv.moves) != 0 {
+		t.Fatalf("view not current: wake %s, moves %q; want nothing (the view wakes it)", wake, g.mv.moves)
+	}
+	// a left the lease by a move 3 s ago: stable only from then.
+	g.fleet.current = true
+	g.mv.terms = []leaseapi.Term{{Holder: "b", FencingToken: 7}, {Holder: "a", FencingToken: 6, EndedAt: g.clk.Now().Add(-3 * time.Second), Ending: leaseapi.TermMoved}}
+	if wake := g.place(); !wake.Equal(g.clk.Now().Add(7*time.Second)) || len(g.mv.moves) != 0 {
+		t.Fatalf("a moved away 3 s ago: wake %s, moves %q; want a look 7 s later", wake, g.mv.moves)
+	}
+	g.clk.Step(7 * time.Second)
+	if wake := g.place(); !wake.Equal(g.clk.Now()) || len(g.mv.moves) != 1 || g.mv.moves[0] != "a" {
+		t.Fatalf("a stable: wake %s, moves %q; want a move to a", wake, g.mv.moves)
+	}
+	if ev := g.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Normal FailingBack ") {
+		t.Errorf("events %q, want one Normal FailingBack", ev)
+	}
+
+	// The lease came back (a did not take it): a is held off for the window.
+	g.mem.tenure = tenure{term: &Term{Holder: "b", Token: 9, Deadline: g.clk.Now().Add(time.Hour)}}
+	g.clk.Step(time.Second)
+	if g.place(); len(g.mv.moves) != 1 {
+		t.Errorf("failed back to a again 1 s after a failback to it did not land: moves %q", g.mv.moves)
+	}
+	// A move the lease API refuses is tried again later.
+	g.clk.Step(10 * time.Second)
+	g.mv.err = errors.New("409 conflict")
+	if wake := g.place(); wake.IsZero() || len(g.mv.moves) != 1 {
+		t.Errorf("refused move: wake %s, moves %q; want a retry later", wake, g.mv.moves)
 	}
 }

@@ -55,15 +55,15 @@ type BerthLeaseSpec struct {
 
 	// Placement says where the lease should run: the clusters in order of
 	// preference, and whether it moves back to a more preferred cluster once
-	// that cluster is healthy again. Not acted on yet: this release's agent
-	// accepts the field and ignores it (issue 17).
+	// that cluster is healthy again. Only an agent with a --cluster-id acts
+	// on it.
 	// +optional
 	Placement *Placement `json:"placement,omitempty"`
 
 	// Failover hands the lease over when this cluster's Pods do not become
 	// Ready after they are ungated: the workload cannot run here (no
-	// capacity, a crash loop), so another cluster should try. Not acted on
-	// yet: this release's agent accepts the field and ignores it (issue 17).
+	// capacity, a crash loop), so another cluster should try. It needs the
+	// agent's --managed-workloads and a --cluster-id.
 	// +optional
 	Failover *Failover `json:"failover,omitempty"`
 }
@@ -118,8 +118,10 @@ type Failback struct {
 // Failover is when a holder whose Pods cannot run hands the lease over.
 type Failover struct {
 	// UnreadySeconds is how long a managed Pod may stay not Ready while this
-	// cluster holds the lease (counted from the later of the term's start
-	// and the Pod's creation) before the lease is moved to another cluster.
+	// cluster holds the lease (counted from the latest of the term's start
+	// as the holder's agent saw it, the Pod's creation, and the last change
+	// of its Ready condition) before the lease is moved to any other
+	// cluster.
 	// +kubebuilder:validation:Minimum=5
 	// +kubebuilder:validation:Maximum=86400
 	UnreadySeconds int32 `json:"unreadySeconds"`

@@ -24,7 +24,8 @@ const exitCodesHelp = `Exit codes:
   1  the server could not be reached or answered with a server error
   2  usage error: bad arguments, flags or configuration, or a request the server called invalid
   3  not found: the lease or cluster does not exist
-  4  conflict: the server refused a write that raced another (e.g. a release)
+  4  conflict: the server refused a write that raced another (a release or move of a lease that
+     changed hands, a move elsewhere of a term already moving, a move to a cordoned cluster)
   5  unauthorized or forbidden: no or bad credentials, or not an administrator`
 
 // usageError is a mistake in the command line or configuration: berthctl did
