@@ -17,8 +17,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/berthfleet/berth/cmd/internal/flags"
-	"github.com/berthfleet/berth/fleet"
 	"github.com/berthfleet/berth/cmd/internal/logging"
+	"github.com/berthfleet/berth/fleet"
 	"github.com/berthfleet/berth/reconciler"
 )
 
