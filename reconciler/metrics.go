@@ -50,11 +50,15 @@ var (
 		Name: "berth_agent_self_fence_total",
 		Help: "Times the local deadline passed without a renewal, so that the agent stopped its Pods on its own.",
 	}, []string{"cluster", "namespace", "name"})
+	placementMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_agent_placement_moves_total",
+		Help: "Placement decisions on held terms, by reason: FailingOver and FailingBack (the term was moved), FailoverLimited (it stayed).",
+	}, []string{"cluster", "namespace", "name", "reason"})
 )
 
 func init() {
 	metrics.Registry.MustRegister(leaseHeld, leaseTransitions, leaseCallDuration, deadlineRemaining, selfFences,
-		renewTime, renewals, batchSize, leaseEvents)
+		renewTime, renewals, batchSize, leaseEvents, placementMoves)
 }
 
 // observeBatch records one batched renewal of n leases.

@@ -286,8 +286,9 @@ func (pl *placer) move(ctx context.Context, to, eventType, reason, note string) 
 	return true
 }
 
-// event records an Event on the BerthLease.
+// event records an Event on the BerthLease, and counts the decision.
 func (pl *placer) event(eventType, reason, note string) {
+	placementMoves.WithLabelValues(pl.r.ClusterIdentity, pl.bl.Namespace, pl.bl.Name, reason).Inc()
 	if pl.r.Recorder != nil {
 		pl.r.Recorder.Eventf(pl.bl, nil, eventType, reason, "Placement", "%s", note)
 	}
