@@ -173,7 +173,16 @@ func (pl *placer) failover(ctx context.Context, pm *placementMemory, running []c
 		}
 	}
 	note := fmt.Sprintf("Pods not Ready for %s (spec.failover.unreadySeconds %d): moving the lease to another cluster", pl.now.Sub(since).Round(time.Second), f.UnreadySeconds)
-	return pl.move(ctx, "", corev1.EventTypeWarning, ReasonFailingOver, note), time.Time{}
+	if !pl.move(ctx, "", corev1.EventTypeWarning, ReasonFailingOver, note) {
+		return false, pl.retry()
+	}
+	return true, time.Time{}
+}
+
+// retry is when a placement step that failed (a move refused, a history
+// not read) is tried again.
+func (pl *placer) retry() time.Time {
+	return pl.now.Add(retryInterval(time.Duration(pl.bl.Spec.HeartbeatIntervalSeconds) * time.Second))
 }
 
 // failback moves the term to the most preferred cluster that ranks above
@@ -200,7 +209,7 @@ func (pl *placer) failback(ctx context.Context, pm *placementMemory) (moved bool
 	terms, err := pl.history(ctx)
 	if err != nil {
 		pl.log.Error(err, "cannot read the lease's history for a failback; trying again later")
-		return false, pl.now.Add(retryInterval(time.Duration(pl.bl.Spec.HeartbeatIntervalSeconds) * time.Second))
+		return false, pl.retry()
 	}
 	for id, at := range movedAway(terms) {
 		held[id] = latest(held[id], at)
@@ -214,7 +223,7 @@ func (pl *placer) failback(ctx context.Context, pm *placementMemory) (moved bool
 	}
 	note := fmt.Sprintf("cluster %s is preferred and has been healthy for %s (spec.placement.failback.stabilizationSeconds): moving the lease to it", target, stabilization)
 	if !pl.move(ctx, target, corev1.EventTypeNormal, ReasonFailingBack, note) {
-		return false, pl.now.Add(retryInterval(time.Duration(pl.bl.Spec.HeartbeatIntervalSeconds) * time.Second))
+		return false, pl.retry()
 	}
 	pm.failedBackTo, pm.failedBackAt = target, pl.now
 	return true, time.Time{}
@@ -239,7 +248,7 @@ func (pl *placer) limited(ctx context.Context) (bool, time.Time) {
 	terms, err := pl.history(ctx)
 	if err != nil {
 		pl.log.Error(err, "cannot read the lease's history to count its moves; trying again later")
-		return true, pl.now.Add(retryInterval(time.Duration(pl.bl.Spec.HeartbeatIntervalSeconds) * time.Second))
+		return true, pl.retry()
 	}
 	window := time.Duration(cmp.Or(f.WindowSeconds, defaultWindowSeconds)) * time.Second
 	n, oldest := movesWithin(terms, pl.now.Add(-window))

@@ -283,6 +283,11 @@ func TestPlaceFailover(t *testing.T) {
 		t.Errorf("events %q, want one Warning FailoverLimited (once per term)", ev)
 	}
 	g.clk.SetTime(t0.Add(20 * time.Second))
+	g.mv.err = errors.New("lease API unreachable")
+	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.Equal(g.clk.Now().Add(600*time.Millisecond)) {
+		t.Errorf("move failed: moves %q, wake %s; want a retry at a fifth of the heartbeat", g.mv.moves, wake)
+	}
+	g.mv.err = nil
 	if g.place(unready); len(g.mv.moves) != 1 {
 		t.Errorf("once a move left the window: moves %q, want one", g.mv.moves)
 	}
