@@ -88,7 +88,7 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.fenceImage, "fence-image", "", "image that holds /usr/local/bin/berth-fence (Berth's agent image): admission takes berth-fence from it into the Pods of BerthLeases with spec.podFencing Exec (empty: such Pods are refused)")
 	fs.StringVar(&o.fenceLeaseAPIURL, "fence-lease-api-url", "", "URL of berth-leaseapi as managed Pods reach it, for berth-fence (default: --lease-api-url); --lease-api-ca-file verifies it there too")
 	fs.StringToStringVar(&o.clusterLabels, "cluster-labels", nil, "labels this cluster registers at the lease API, e.g. site=primary,region=eu (spec.placement selects clusters by them); in fleet mode, DIR/<cluster>.labels (the same form) replaces them for that cluster")
-	fs.DurationVar(&o.fleetViewInterval, "fleet-view-interval", fleet.DefaultViewInterval, "how often the agent lists the fleet's clusters at the lease API, for spec.placement's failback")
+	fs.DurationVar(&o.fleetViewInterval, "fleet-view-interval", fleet.DefaultViewInterval, "how often the agent lists the fleet's clusters at the lease API: the view spec.placement's failback decides on, and spec.failover's check that another cluster is healthy")
 	flags.Version(fs, &o.showVersion)
 }
 
