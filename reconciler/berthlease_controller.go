@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -125,6 +126,10 @@ type BerthLeaseReconciler struct {
 	// ConcurrentReconciles is how many BerthLeases are reconciled at once
 	// (DefaultConcurrentReconciles).
 	ConcurrentReconciles int
+
+	// moveUnsupported: the lease API answered that it has no moves (an
+	// earlier release); placement is off.
+	moveUnsupported atomic.Bool
 
 	defaultsOnce sync.Once
 	mu           sync.Mutex

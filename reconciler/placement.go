@@ -30,6 +30,9 @@ const (
 	// ReasonFailoverLimited (Warning): the Pods are not Ready, but the lease
 	// moved spec.failover.maxMoves times within the window: it stays.
 	ReasonFailoverLimited = berthv1alpha1.FailoverLimitedReason
+	// ReasonInvalidPlacement (Warning): a selector of
+	// spec.placement.preferred does not parse; no failback is made.
+	ReasonInvalidPlacement = berthv1alpha1.InvalidPlacementReason
 )
 
 // ClusterView is the fleet as this agent last saw it at the lease API
@@ -52,11 +55,13 @@ type ViewedCluster struct {
 }
 
 // Mover is what a LeaseClient may also offer for placement
-// (leaseclient.Client does): moving a term, and a lease's term history,
-// which counts the moves.
+// (leaseclient.Client does): moving a term, a lease's term history, which
+// counts the moves, and the lease's record, whose last renewal ties the
+// history's times (the lease API's clock) to the agent's.
 type Mover interface {
 	Move(ctx context.Context, namespace, name, holder string, fencingToken int32, to string) (leaseapi.Lease, error)
 	History(ctx context.Context, namespace, name string, limit int) ([]leaseapi.Term, error)
+	LeaseReader
 }
 
 var _ Mover = (*leaseclient.Client)(nil)
@@ -71,6 +76,8 @@ type placementMemory struct {
 	activeSince time.Time
 	// limited: the FailoverLimited Event was emitted for this term.
 	limited bool
+	// invalid: the InvalidPlacement Event was emitted for this term.
+	invalid bool
 	// failedBackTo is the cluster this agent last moved the lease to by a
 	// failback, at failedBackAt: when the lease comes back here instead
 	// (that cluster did not take it), it is not a failback target again
@@ -97,8 +104,8 @@ func (r *BerthLeaseReconciler) place(ctx context.Context, bl *berthv1alpha1.Bert
 	}
 	log := logr.FromContextOrDiscard(ctx)
 	mover, ok := r.LeaseClient.(Mover)
-	if !ok {
-		log.V(1).Info("placement needs a lease API client that moves terms; this one does not")
+	if !ok || r.moveUnsupported.Load() {
+		// Logged once, when the lease API answered that it has no moves.
 		return time.Time{}
 	}
 	now, term := r.Clock.Now(), p.facts.Term
@@ -194,6 +201,13 @@ func (pl *placer) failback(ctx context.Context, pm *placementMemory) (moved bool
 		// The view wakes placement when it is current again.
 		return false, time.Time{}
 	}
+	if err := validPreferences(pl0.Preferred); err != nil {
+		if !pm.invalid {
+			pm.invalid = true
+			pl.event(corev1.EventTypeWarning, ReasonInvalidPlacement, fmt.Sprintf("no failback: %v", err))
+		}
+		return false, time.Time{} // an edit of the spec wakes the BerthLease
+	}
 	stabilization := time.Duration(cmp.Or(pl0.Failback.StabilizationSeconds, defaultStabilizationSeconds)) * time.Second
 	held := map[string]time.Time{}
 	if pm.failedBackTo != "" {
@@ -216,6 +230,13 @@ func (pl *placer) failback(ctx context.Context, pm *placementMemory) (moved bool
 	}
 	if target, due = failbackTarget(pl0.Preferred, pl.r.ClusterIdentity, view, held, stabilization, pl.now); target == "" {
 		return false, due
+	}
+	// Moves that no cluster took within their reservation (a destination
+	// without the BerthLease, or that cannot acquire it) hold every
+	// failback off, for every agent alike, twice as long after each one.
+	if until := notTakenHold(terms, reservation(pl.bl), stabilization); pl.now.Before(until) {
+		pl.log.V(1).Info("failback held: earlier moves of the lease were not taken by their destination", "to", target, "until", until)
+		return false, until
 	}
 	if limited, until := pl.limited(ctx); limited {
 		pl.log.V(1).Info("failback held: the lease moved spec.failover.maxMoves times within the window", "to", target, "until", until)
@@ -265,12 +286,40 @@ func (pl *placer) history(ctx context.Context) ([]leaseapi.Term, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, pl.r.CallTimeout)
 	defer cancel()
-	terms, err := pl.mover.History(ctx, pl.bl.Namespace, pl.bl.EffectiveLeaseName(), 0)
+	ns, name := pl.bl.Namespace, pl.bl.EffectiveLeaseName()
+	l, err := pl.mover.GetLease(ctx, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	terms, err := pl.mover.History(ctx, ns, name, 0)
 	if err != nil && !errors.Is(err, leaseclient.ErrNotFound) {
 		return nil, err
 	}
-	pl.terms, pl.read = terms, true
-	return terms, nil
+	pl.terms, pl.read = onAgentClock(terms, l.RenewedAt, pl.now), true
+	return pl.terms, nil
+}
+
+// onAgentClock moves the history's times (the lease API's clock) onto the
+// agent's: renewedAt is the lease's last renewal, on the lease API's clock,
+// at most a heartbeat before now. Taking it for now makes every time a
+// little later than it was, never earlier: a move counts within a window
+// and holds a cluster off no shorter than it should, whatever the two
+// clocks say.
+func onAgentClock(terms []leaseapi.Term, renewedAt, now time.Time) []leaseapi.Term {
+	if renewedAt.IsZero() {
+		return terms
+	}
+	offset := now.Sub(renewedAt)
+	out := make([]leaseapi.Term, len(terms))
+	for i, t := range terms {
+		for _, at := range []*time.Time{&t.AcquiredAt, &t.EndedAt} {
+			if !at.IsZero() {
+				*at = at.Add(offset)
+			}
+		}
+		out[i] = t
+	}
+	return out
 }
 
 // move asks the lease API to move the term to (empty: any other cluster),
@@ -285,7 +334,15 @@ func (pl *placer) move(ctx context.Context, to, eventType, reason, note string) 
 		defer cancelAtDeadline()
 	}
 	l, err := pl.mover.Move(ctx, pl.bl.Namespace, pl.bl.EffectiveLeaseName(), pl.term.Holder, pl.term.Token, to)
-	if err != nil {
+	switch {
+	case errors.Is(err, leaseclient.ErrNotFound):
+		// A lease API of an earlier release, without moves: the term is
+		// held, so the lease exists.
+		if !pl.r.moveUnsupported.Swap(true) {
+			pl.log.Error(err, "the lease API does not move terms (an earlier release): placement and failover are off until the agent restarts")
+		}
+		return false
+	case err != nil:
 		pl.log.Error(err, "cannot move the lease", "reason", reason, "to", to, "token", pl.term.Token)
 		return false
 	}
@@ -384,6 +441,56 @@ func failbackTarget(prefs []berthv1alpha1.ClusterPreference, self string, view [
 		return target, time.Time{}
 	}
 	return "", due
+}
+
+// validPreferences reports the first selector of prefs that does not parse:
+// it would name no cluster, and so turn the preference around.
+func validPreferences(prefs []berthv1alpha1.ClusterPreference) error {
+	for i, pref := range prefs {
+		if pref.Selector == nil {
+			continue
+		}
+		if _, err := metav1.LabelSelectorAsSelector(pref.Selector); err != nil {
+			return fmt.Errorf("spec.placement.preferred[%d].selector: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// reservation is how long the lease API reserves a moved lease for its
+// destination: a TTL, at least 5 s.
+func reservation(bl *berthv1alpha1.BerthLease) time.Duration {
+	return max(time.Duration(bl.Spec.TTLSeconds)*time.Second, 5*time.Second)
+}
+
+// maxNotTakenDoublings caps the failback hold of notTakenHold.
+const maxNotTakenDoublings = 10
+
+// notTakenHold is until when failback waits after moves that were not
+// taken: from the newest move back to the newest one that was taken, each
+// moved term whose next term began half a reservation or more after it
+// ended (its destination did not acquire in time; the reservation ran out
+// first) counts. With n of them, failback waits stabilization·2^(n−1)
+// from the start of the term after the newest. Zero when there is none.
+func notTakenHold(terms []leaseapi.Term, reservation, stabilization time.Duration) time.Time {
+	n, from := 0, time.Time{}
+	for i := 1; i < len(terms); i++ {
+		t, next := terms[i], terms[i-1]
+		if t.Ending != leaseapi.TermMoved || t.EndedAt.IsZero() {
+			continue
+		}
+		if next.AcquiredAt.Sub(t.EndedAt) < reservation/2 {
+			break // taken
+		}
+		if n == 0 {
+			from = next.AcquiredAt
+		}
+		n++
+	}
+	if n == 0 {
+		return time.Time{}
+	}
+	return from.Add(stabilization << min(n-1, maxNotTakenDoublings))
 }
 
 // movedAway is, for each cluster, when its last term that ended moved

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi"
+	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 )
 
 func primaryFirst() []berthv1alpha1.ClusterPreference {
@@ -171,6 +173,13 @@ type mover struct {
 	terms []leaseapi.Term
 	moves []string
 	err   error
+	// renewedAt is the lease's last renewal on the lease API's clock (zero:
+	// the agent's now, no skew).
+	renewedAt func() time.Time
+}
+
+func (m *mover) GetLease(context.Context, string, string) (leaseapi.Lease, error) {
+	return leaseapi.Lease{RenewedAt: m.renewedAt()}, nil
 }
 
 func (m *mover) Move(_ context.Context, _, _, _ string, _ int32, to string) (leaseapi.Lease, error) {
@@ -208,6 +217,7 @@ type placeRig struct {
 func newPlaceRig(spec berthv1alpha1.BerthLeaseSpec) *placeRig {
 	clk := clocktesting.NewFakeClock(t0)
 	g := &placeRig{clk: clk, mv: &mover{}, fleet: &view{current: true}, rec: events.NewFakeRecorder(10), mem: &memory{}}
+	g.mv.renewedAt = clk.Now
 	g.r = &BerthLeaseReconciler{LeaseClient: g.mv, Fleet: g.fleet, Recorder: g.rec, Clock: clk, ClusterIdentity: "b", ManagedWorkloads: true, CallTimeout: time.Second}
 	spec.TTLSeconds, spec.HeartbeatIntervalSeconds = 9, 3
 	g.bl = &berthv1alpha1.BerthLease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "job"}, Spec: spec}
@@ -332,5 +342,98 @@ func TestPlaceFailback(t *testing.T) {
 	g.mv.err = errors.New("409 conflict")
 	if wake := g.place(); wake.IsZero() || len(g.mv.moves) != 1 {
 		t.Errorf("refused move: wake %s, moves %q; want a retry later", wake, g.mv.moves)
+	}
+}
+
+func TestPlaceSkewedClocks(t *testing.T) {
+	// The agent's clock is 10 minutes ahead of the lease API's: the two
+	// moves 20 and 40 s ago (lease API time) still count within the window.
+	no := false
+	g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{Failover: &berthv1alpha1.Failover{UnreadySeconds: 5, MaxMoves: 2, WindowSeconds: 60}})
+	server := t0.Add(-10 * time.Minute)
+	g.mv.renewedAt = func() time.Time { return server.Add(g.clk.Since(t0)) }
+	g.fleet.clusters = []ViewedCluster{{ID: "a", HealthySince: t0}, {ID: "b", HealthySince: t0}}
+	g.mv.terms = []leaseapi.Term{
+		{Holder: "b", FencingToken: 7, AcquiredAt: server.Add(-10 * time.Second)},
+		{Holder: "a", FencingToken: 6, EndedAt: server.Add(-20 * time.Second), Ending: leaseapi.TermMoved},
+		{Holder: "b", FencingToken: 5, EndedAt: server.Add(-40 * time.Second), Ending: leaseapi.TermMoved},
+	}
+	unready := readyPod("p", t0.Add(-time.Hour), &no, t0.Add(-time.Minute))
+	g.place(unready)
+	g.clk.Step(5 * time.Second)
+	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.Equal(t0.Add(20*time.Second)) {
+		t.Errorf("agent clock 10 min ahead: moves %q, wake %s; want limited until %s", g.mv.moves, wake, t0.Add(20*time.Second))
+	}
+}
+
+func TestNotTakenHold(t *testing.T) {
+	const res, stab = 10 * time.Second, 100 * time.Second
+	taken := leaseapi.Term{Holder: "a", FencingToken: 1, EndedAt: t0, Ending: leaseapi.TermMoved}
+	term := func(holder string, token int32, acquired, ended time.Duration, ending string) leaseapi.Term {
+		tm := leaseapi.Term{Holder: holder, FencingToken: token, AcquiredAt: t0.Add(acquired), Ending: ending}
+		if ending != "" {
+			tm.EndedAt = t0.Add(ended)
+		}
+		return tm
+	}
+	for _, tc := range []struct {
+		name  string
+		terms []leaseapi.Term
+		want  time.Time
+	}{
+		{"no moves", []leaseapi.Term{term("b", 2, 0, 0, "")}, time.Time{}},
+		{"a move taken at once", []leaseapi.Term{term("b", 2, time.Second, 0, ""), taken}, time.Time{}},
+		{"one move not taken: the window from the next term", []leaseapi.Term{term("b", 2, 11*time.Second, 0, ""), taken}, t0.Add(11*time.Second + stab)},
+		{"two not taken, an expiry between: twice the window", []leaseapi.Term{
+			term("c", 4, 50*time.Second, 0, ""),
+			term("b", 3, 30*time.Second, 40*time.Second, leaseapi.TermMoved),
+			term("c", 2, 11*time.Second, 20*time.Second, leaseapi.TermExpired),
+			taken,
+		}, t0.Add(50*time.Second + 2*stab)},
+		{"counting stops at a move taken", []leaseapi.Term{
+			term("c", 4, 50*time.Second, 0, ""),
+			term("a", 3, 21*time.Second, 40*time.Second, leaseapi.TermMoved),
+			term("b", 2, time.Second, 20*time.Second, leaseapi.TermMoved),
+			{Holder: "a", FencingToken: 1, EndedAt: t0.Add(-11 * time.Second), Ending: leaseapi.TermMoved},
+		}, t0.Add(50*time.Second + stab)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := notTakenHold(tc.terms, res, stab); !got.Equal(tc.want) {
+				t.Errorf("notTakenHold = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPlaceInvalidSelector(t *testing.T) {
+	g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{Placement: &berthv1alpha1.Placement{
+		Preferred: []berthv1alpha1.ClusterPreference{
+			{Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "site", Operator: "in", Values: []string{"primary"}}}}},
+			{Cluster: "a"},
+		},
+		Failback: &berthv1alpha1.Failback{StabilizationSeconds: 10},
+	}})
+	g.fleet.clusters = []ViewedCluster{{ID: "a", HealthySince: t0.Add(-time.Hour)}, {ID: "b", Labels: map[string]string{"site": "primary"}, HealthySince: t0.Add(-time.Hour)}}
+	g.place()
+	g.place()
+	if len(g.mv.moves) != 0 {
+		t.Errorf("failed back with a selector that does not parse: moves %q", g.mv.moves)
+	}
+	if ev := g.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning InvalidPlacement ") {
+		t.Errorf("events %q, want one Warning InvalidPlacement", ev)
+	}
+}
+
+func TestPlaceMoveUnsupported(t *testing.T) {
+	no := false
+	g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{Failover: &berthv1alpha1.Failover{UnreadySeconds: 5}})
+	g.fleet.clusters = []ViewedCluster{{ID: "a", HealthySince: t0}, {ID: "b", HealthySince: t0}}
+	g.mv.err = fmt.Errorf("move: %w", leaseclient.ErrNotFound)
+	unready := readyPod("p", t0, &no, t0)
+	g.place(unready)
+	g.clk.Step(5 * time.Second)
+	g.place(unready)
+	if wake := g.place(unready); !wake.IsZero() || !g.r.moveUnsupported.Load() {
+		t.Errorf("a lease API without moves: wake %s, unsupported %t; want placement off", wake, g.r.moveUnsupported.Load())
 	}
 }

@@ -62,7 +62,8 @@ type BerthLeaseSpec struct {
 
 	// Failover hands the lease over when this cluster's Pods do not become
 	// Ready after they are ungated: the workload cannot run here (no
-	// capacity, a crash loop), so another cluster should try. It needs the
+	// capacity, an image that cannot be pulled, a crash loop whose restart
+	// back-off outlasts unreadySeconds), so another cluster should try. It needs the
 	// agent's --managed-workloads and a --cluster-id.
 	// +optional
 	Failover *Failover `json:"failover,omitempty"`

@@ -85,9 +85,10 @@ const (
 	RecoveringReason          = "Recovering"
 
 	// Reasons of the Events placement emits (spec.placement, spec.failover).
-	FailingBackReason     = "FailingBack"
-	FailingOverReason     = "FailingOver"
-	FailoverLimitedReason = "FailoverLimited"
+	FailingBackReason      = "FailingBack"
+	FailingOverReason      = "FailingOver"
+	FailoverLimitedReason  = "FailoverLimited"
+	InvalidPlacementReason = "InvalidPlacement"
 
 	// Reasons a cluster must hand its leases over: its fleet membership.
 
