@@ -79,7 +79,7 @@ func (v *View) Look(ctx context.Context) error {
 }
 
 // observe folds one look (list, or err) taken at now into the view, and
-// reports whether anything failback decides on changed. v.mu is held.
+// reports whether anything placement decides on changed. v.mu is held.
 func (v *View) observe(list []leaseapi.Cluster, err error, now time.Time) bool {
 	if err != nil {
 		if v.current {

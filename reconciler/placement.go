@@ -17,6 +17,7 @@ import (
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/leaseapi"
 	leaseclient "github.com/berthfleet/berth/leaseapi/client"
+	leasemachine "github.com/berthfleet/berth/leaseapi/lease"
 )
 
 // Reasons of the Events placement emits on a BerthLease.
@@ -36,7 +37,7 @@ const (
 )
 
 // ClusterView is the fleet as this agent last saw it at the lease API
-// (fleet.View): what failback decides on.
+// (fleet.View): what failback decides on, and where failover may go.
 type ClusterView interface {
 	// Clusters returns the registered clusters, and false when the view is
 	// not current (the last look at the lease API failed): no failback is
@@ -78,12 +79,6 @@ type placementMemory struct {
 	limited bool
 	// invalid: the InvalidPlacement Event was emitted for this term.
 	invalid bool
-	// failedBackTo is the cluster this agent last moved the lease to by a
-	// failback, at failedBackAt: when the lease comes back here instead
-	// (that cluster did not take it), it is not a failback target again
-	// before the stabilization window has passed.
-	failedBackTo string
-	failedBackAt time.Time
 }
 
 // place is spec.placement's failback and spec.failover's health-based
@@ -111,7 +106,7 @@ func (r *BerthLeaseReconciler) place(ctx context.Context, bl *berthv1alpha1.Bert
 	now, term := r.Clock.Now(), p.facts.Term
 	pm := &mem.placement
 	if pm.token != term.Token {
-		*pm = placementMemory{token: term.Token, activeSince: now, failedBackTo: pm.failedBackTo, failedBackAt: pm.failedBackAt}
+		*pm = placementMemory{token: term.Token, activeSince: now}
 	}
 	pl := placer{r: r, bl: bl, mem: mem, mover: mover, term: term, now: now, log: log}
 
@@ -209,11 +204,8 @@ func (pl *placer) failback(ctx context.Context, pm *placementMemory) (moved bool
 		return false, time.Time{} // an edit of the spec wakes the BerthLease
 	}
 	stabilization := time.Duration(cmp.Or(pl0.Failback.StabilizationSeconds, defaultStabilizationSeconds)) * time.Second
-	held := map[string]time.Time{}
-	if pm.failedBackTo != "" {
-		held[pm.failedBackTo] = pm.failedBackAt
-	}
-	target, due := failbackTarget(pl0.Preferred, pl.r.ClusterIdentity, view, held, stabilization, pl.now)
+	// Without the history first: it is read only once a target is due.
+	target, due := failbackTarget(pl0.Preferred, pl.r.ClusterIdentity, view, nil, stabilization, pl.now)
 	if target == "" {
 		return false, due
 	}
@@ -225,10 +217,7 @@ func (pl *placer) failback(ctx context.Context, pm *placementMemory) (moved bool
 		pl.log.Error(err, "cannot read the lease's history for a failback; trying again later")
 		return false, pl.retry()
 	}
-	for id, at := range movedAway(terms) {
-		held[id] = latest(held[id], at)
-	}
-	if target, due = failbackTarget(pl0.Preferred, pl.r.ClusterIdentity, view, held, stabilization, pl.now); target == "" {
+	if target, due = failbackTarget(pl0.Preferred, pl.r.ClusterIdentity, view, movedAway(terms), stabilization, pl.now); target == "" {
 		return false, due
 	}
 	// Moves that no cluster took within their reservation (a destination
@@ -246,7 +235,6 @@ func (pl *placer) failback(ctx context.Context, pm *placementMemory) (moved bool
 	if !pl.move(ctx, target, corev1.EventTypeNormal, ReasonFailingBack, note) {
 		return false, pl.retry()
 	}
-	pm.failedBackTo, pm.failedBackAt = target, pl.now
 	return true, time.Time{}
 }
 
@@ -458,9 +446,9 @@ func validPreferences(prefs []berthv1alpha1.ClusterPreference) error {
 }
 
 // reservation is how long the lease API reserves a moved lease for its
-// destination: a TTL, at least 5 s.
+// destination (leasemachine.MinReservation at least).
 func reservation(bl *berthv1alpha1.BerthLease) time.Duration {
-	return max(time.Duration(bl.Spec.TTLSeconds)*time.Second, 5*time.Second)
+	return max(time.Duration(bl.Spec.TTLSeconds)*time.Second, leasemachine.MinReservation)
 }
 
 // maxNotTakenDoublings caps the failback hold of notTakenHold.

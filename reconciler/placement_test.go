@@ -331,7 +331,14 @@ func TestPlaceFailback(t *testing.T) {
 		t.Errorf("events %q, want one Normal FailingBack", ev)
 	}
 
-	// The lease came back (a did not take it): a is held off for the window.
+	// The lease came back once the reservation ran out (a did not take it),
+	// as the history shows: failback is held off for the window.
+	moved := g.clk.Now()
+	g.clk.Step(9 * time.Second)
+	g.mv.terms = []leaseapi.Term{
+		{Holder: "b", FencingToken: 9, AcquiredAt: g.clk.Now()},
+		{Holder: "b", FencingToken: 7, EndedAt: moved, Ending: leaseapi.TermMoved},
+	}
 	g.mem.tenure = tenure{term: &Term{Holder: "b", Token: 9, Deadline: g.clk.Now().Add(time.Hour)}}
 	g.clk.Step(time.Second)
 	if g.place(); len(g.mv.moves) != 1 {
