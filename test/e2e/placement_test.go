@@ -125,7 +125,7 @@ func (p *placementRun) unready(t *testing.T) {
 	next, took := p.runner(t, unreadyFor+60*time.Second, "another cluster runs once "+from.Holder+"'s Pods stay unready", from.Holder)
 	p.moved = append(p.moved, from.FencingToken)
 	p.awaitEvent(t, from.Holder, corev1.EventTypeWarning, reasonFailingOver, failed)
-	decided := p.moves.at(t, from.FencingToken, "")
+	decided := p.movedAt(t, from.FencingToken, "")
 	// The term began long before its Pods failed: the failover is due at once.
 	t.Logf("%s's Pods unready (its term %d began %s before): %s moved the lease %s later, %s ran both replicas %s later",
 		from.Holder, from.FencingToken, failed.Sub(from.AcquiredAt).Round(time.Millisecond), from.Holder,
@@ -145,7 +145,7 @@ func (p *placementRun) unready(t *testing.T) {
 	p.moved = append(p.moved, second.FencingToken)
 	ran := time.Now()
 	p.awaitEvent(t, next, corev1.EventTypeWarning, reasonFailingOver, failed)
-	if d := p.moves.at(t, second.FencingToken, "").Sub(second.AcquiredAt); d < unreadyFor {
+	if d := p.movedAt(t, second.FencingToken, "").Sub(second.AcquiredAt); d < unreadyFor {
 		t.Errorf("%s moved its term %d %s after it began, before its Pods were unready for %s", next, second.FencingToken, d, unreadyFor)
 	} else {
 		t.Logf("%s moved its term %d %s after it began (unreadySeconds %s)", next, second.FencingToken, d.Round(time.Millisecond), unreadyFor)
@@ -200,7 +200,7 @@ func (p *placementRun) moveTo(t *testing.T) {
 		t.Fatalf("the lease moved to %s to %s, not to %s", to, next, to)
 	}
 	p.moved = append(p.moved, from.FencingToken)
-	p.moves.at(t, from.FencingToken, to)
+	p.movedAt(t, from.FencingToken, to)
 	p.wantEnded(t, from.FencingToken, leaseapi.TermMoved)
 	l := p.lease(t)
 	t.Logf("berthctl moved %s's term %d to %s: %s's term began %s after berthctl started, and it ran both replicas %s after",
@@ -219,7 +219,7 @@ func (p *placementRun) failback(t *testing.T) {
 	p.setSpec(t, func(s *berthv1alpha1.BerthLeaseSpec) { s.Placement = placement() })
 	took := p.runs(t, preferredCluster, stabilization+60*time.Second, "the preferred cluster runs once placement is set")
 	p.awaitEvent(t, from.Holder, corev1.EventTypeNormal, reasonFailingBack, set)
-	decided := p.moves.at(t, from.FencingToken, preferredCluster)
+	decided := p.movedAt(t, from.FencingToken, preferredCluster)
 	p.moved = append(p.moved, from.FencingToken)
 	p.wantEnded(t, from.FencingToken, leaseapi.TermMoved)
 	t.Logf("placement set while %s held: it moved the lease %s later (%s was healthy all along), %s ran both replicas %s later",
@@ -251,7 +251,7 @@ func (p *placementRun) failbackAfterHeal(t *testing.T, scenario, backup string) 
 	healthy := p.awaitHealthy(t, preferredCluster, true, 20*time.Second)
 	took := p.runs(t, preferredCluster, stabilization+60*time.Second, "the preferred cluster runs after it returned")
 	p.awaitEvent(t, backup, corev1.EventTypeNormal, reasonFailingBack, healed)
-	decided := p.moves.at(t, from.FencingToken, preferredCluster)
+	decided := p.movedAt(t, from.FencingToken, preferredCluster)
 	p.moved = append(p.moved, from.FencingToken)
 	p.wantEnded(t, from.FencingToken, leaseapi.TermMoved)
 	var ended time.Time
@@ -516,13 +516,13 @@ func eventTime(e *corev1.Event) time.Time {
 // seen moving (the holder's agent's decision, to a poll's accuracy), and to
 // where.
 type moveWatch struct {
-	mu    sync.Mutex
-	first map[int32]time.Time
-	to    map[int32]string
+	mu   sync.Mutex
+	seen map[int32]time.Time
+	to   map[int32]string
 }
 
 func watchMoves(t *testing.T, r *run) *moveWatch {
-	w := &moveWatch{first: map[int32]time.Time{}, to: map[int32]string{}}
+	w := &moveWatch{seen: map[int32]time.Time{}, to: map[int32]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -533,8 +533,8 @@ func watchMoves(t *testing.T, r *run) *moveWatch {
 			rcancel()
 			if at := time.Now(); err == nil && l.Move != nil {
 				w.mu.Lock()
-				if _, ok := w.first[l.FencingToken]; !ok {
-					w.first[l.FencingToken], w.to[l.FencingToken] = at, l.Move.To
+				if _, ok := w.seen[l.FencingToken]; !ok {
+					w.seen[l.FencingToken], w.to[l.FencingToken] = at, l.Move.To
 				}
 				w.mu.Unlock()
 			}
@@ -548,20 +548,40 @@ func watchMoves(t *testing.T, r *run) *moveWatch {
 	return w
 }
 
-// at is when the term of token was first seen moving; it fails the test if
-// it never was, or was moved elsewhere than to.
-func (w *moveWatch) at(t *testing.T, token int32, to string) time.Time {
-	t.Helper()
+// first is when the term of token was first seen moving, and to where.
+func (w *moveWatch) first(token int32) (at time.Time, to string, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	at, ok := w.first[token]
-	if !ok {
-		t.Fatalf("term %d was never seen moving at the lease API", token)
+	at, ok = w.seen[token]
+	return at, w.to[token], ok
+}
+
+// movedAt is when the term of token was first seen moving; it fails the
+// test unless the term moved to to ("" for any cluster). A holder whose
+// Pods go at once (kwok deletes them without a kubelet's wait) may stop and
+// release between two of the watch's reads: then the history speaks for
+// the move (the term ended moved, and the next term is to's), and the
+// term's end stands for the decision, which came no later.
+func (p *placementRun) movedAt(t *testing.T, token int32, to string) time.Time {
+	t.Helper()
+	if at, dest, ok := p.moves.first(token); ok {
+		if dest != to {
+			t.Errorf("term %d was moved to %q, want %q", token, dest, to)
+		}
+		return at
 	}
-	if w.to[token] != to {
-		t.Errorf("term %d was moved to %q, want %q", token, w.to[token], to)
+	terms := p.terms(t)
+	slices.Reverse(terms) // oldest first
+	i := slices.IndexFunc(terms, func(term leaseapi.Term) bool { return term.FencingToken == token })
+	if i < 0 || terms[i].Ending != leaseapi.TermMoved {
+		t.Fatalf("term %d was never seen moving at the lease API, and its history does not end it moved", token)
 	}
-	return at
+	if to != "" && (i+1 == len(terms) || terms[i+1].Holder != to) {
+		t.Errorf("term %d ended moved, but the next term is not %s's: %+v", token, to, terms[i+1:])
+	}
+	t.Logf("term %d moved between two reads of the lease: its end in the history, %s, stands for the decision",
+		token, terms[i].EndedAt.Format("15:04:05.000"))
+	return terms[i].EndedAt
 }
 
 // probes plays the readiness probes of each cluster's kubelets (kwok reports
