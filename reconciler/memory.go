@@ -260,7 +260,8 @@ type outcome struct {
 //
 // Acquire, renew and recover: an error keeps the term (retrying the renew
 // soon) and turns a token being recovered into one to release. A grant is a
-// term whose local deadline is measured from when the request was sent. A
+// term whose local deadline is measured from when the request was sent; a
+// term known revoked stays revoked whatever a renewal answers. A
 // revocation of a renewed or recovered term keeps it, revoked, renewed while
 // the Pods stop; a revocation found by an acquire keeps only its token, to
 // release. Anything else loses the term. A token whose release went out
@@ -306,8 +307,12 @@ func (t tenure) afterAnswer(req request, res client.AcquireResult, err error, no
 		return &Term{Holder: req.holder, Token: res.FencingToken, Deadline: req.sent.Add(LocalValidity(req.ttl)), RenewDue: req.sent.Add(req.heartbeat)}
 	}
 	if res.Acquired && res.Holder == req.holder {
+		// The lease API never takes a revocation back: an answer that shows
+		// the revoked term plain left before the revocation (or this
+		// agent's own move) landed, and keeps it revoked.
+		stale := t.revoked && t.term != nil && t.term.Token == res.FencingToken
 		t.term = granted()
-		t.selfFenced, t.revoked, t.releaseToken = false, false, 0
+		t.selfFenced, t.revoked, t.releaseToken = false, stale, 0
 		return t, outcome{}
 	}
 	if res.Revoked && res.Holder == req.holder {

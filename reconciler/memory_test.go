@@ -145,6 +145,18 @@ func TestAfterAnswer(t *testing.T) {
 			res:    revokedAnswer(7),
 			want:   with(holding(grantedTerm(7)), wasRevoked, saw(revokedAnswer(7))),
 		},
+		"renew of a term revoked meanwhile (moved by this agent) answered plain: the answer left first, the term stays revoked": {
+			before: with(holding(renewDueTerm()), wasRevoked),
+			req:    req(CallRenew, 7),
+			res:    granted(us, 7),
+			want:   with(holding(grantedTerm(7)), wasRevoked, saw(granted(us, 7))),
+		},
+		"acquire granted a new term after a revoked one: not revoked": {
+			before: with(holding(renewDueTerm()), wasRevoked),
+			req:    req(CallAcquire, 0),
+			res:    granted(us, 8),
+			want:   with(holding(grantedTerm(8)), saw(granted(us, 8))),
+		},
 		"renew answered with another revoked term of this cluster: that token is to release": {
 			before:      holding(renewDueTerm()),
 			req:         req(CallRenew, 7),

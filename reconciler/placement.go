@@ -34,6 +34,10 @@ const (
 	// ReasonInvalidPlacement (Warning): a selector of
 	// spec.placement.preferred does not parse; no failback is made.
 	ReasonInvalidPlacement = berthv1alpha1.InvalidPlacementReason
+	// ReasonFailbackHeld (Normal): a more preferred cluster is stable, but
+	// the history holds the failback off (moves not taken by their
+	// destination, or maxMoves moves within the window).
+	ReasonFailbackHeld = berthv1alpha1.FailbackHeldReason
 )
 
 // ClusterView is the fleet as this agent last saw it at the lease API
@@ -79,6 +83,8 @@ type placementMemory struct {
 	limited bool
 	// invalid: the InvalidPlacement Event was emitted for this term.
 	invalid bool
+	// held: the FailbackHeld Event was emitted for this term.
+	held bool
 }
 
 // place is spec.placement's failback and spec.failover's health-based
@@ -224,11 +230,12 @@ func (pl *placer) failback(ctx context.Context, pm *placementMemory) (moved bool
 	// without the BerthLease, or that cannot acquire it) hold every
 	// failback off, for every agent alike, twice as long after each one.
 	if until := notTakenHold(terms, reservation(pl.bl), stabilization); pl.now.Before(until) {
-		pl.log.V(1).Info("failback held: earlier moves of the lease were not taken by their destination", "to", target, "until", until)
+		pl.held(pm, target, until, "earlier moves of the lease were not taken by their destination")
 		return false, until
 	}
+	// The history was read above: limited is the count, never a failed read.
 	if limited, until := pl.limited(ctx); limited {
-		pl.log.V(1).Info("failback held: the lease moved spec.failover.maxMoves times within the window", "to", target, "until", until)
+		pl.held(pm, target, until, "the lease moved spec.failover.maxMoves times within the window")
 		return false, until
 	}
 	note := fmt.Sprintf("cluster %s is preferred and has been healthy for %s (spec.placement.failback.stabilizationSeconds): moving the lease to it", target, stabilization)
@@ -236,6 +243,20 @@ func (pl *placer) failback(ctx context.Context, pm *placementMemory) (moved bool
 		return false, pl.retry()
 	}
 	return true, time.Time{}
+}
+
+// held says, once per term, that a failback to target is held off until
+// until, and why: a preferred cluster that stays without the lease is
+// otherwise a puzzle to whoever looks.
+func (pl *placer) held(pm *placementMemory, target string, until time.Time, why string) {
+	pl.log.V(1).Info("failback held", "to", target, "until", until, "why", why)
+	if pm.held {
+		return
+	}
+	pm.held = true
+	pl.event(corev1.EventTypeNormal, ReasonFailbackHeld, fmt.Sprintf(
+		"cluster %s is preferred and has been healthy for the stabilization window, but %s: no failback for %s",
+		target, why, until.Sub(pl.now).Round(time.Second)))
 }
 
 // Defaults of the placement fields, as the CRD sets them.

@@ -344,11 +344,40 @@ func TestPlaceFailback(t *testing.T) {
 	if g.place(); len(g.mv.moves) != 1 {
 		t.Errorf("failed back to a again 1 s after a failback to it did not land: moves %q", g.mv.moves)
 	}
+	g.place()
+	if ev := g.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Normal FailbackHeld ") || !strings.Contains(ev[0], "not taken") {
+		t.Errorf("events %q, want one Normal FailbackHeld naming the moves not taken (once per term)", ev)
+	}
 	// A move the lease API refuses is tried again later.
 	g.clk.Step(10 * time.Second)
 	g.mv.err = errors.New("409 conflict")
 	if wake := g.place(); wake.IsZero() || len(g.mv.moves) != 1 {
 		t.Errorf("refused move: wake %s, moves %q; want a retry later", wake, g.mv.moves)
+	}
+}
+
+func TestPlaceFailbackLimited(t *testing.T) {
+	g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{
+		Placement: &berthv1alpha1.Placement{Preferred: []berthv1alpha1.ClusterPreference{{Cluster: "a"}}, Failback: &berthv1alpha1.Failback{StabilizationSeconds: 10}},
+		Failover:  &berthv1alpha1.Failover{UnreadySeconds: 5, MaxMoves: 1, WindowSeconds: 60},
+	})
+	g.fleet.clusters = []ViewedCluster{{ID: "a", HealthySince: t0.Add(-time.Hour)}, {ID: "b", HealthySince: t0.Add(-time.Hour)}}
+	// The lease moved from c to b 30 s ago: with maxMoves 1, a failback
+	// to a waits until that move leaves the window.
+	g.mv.terms = []leaseapi.Term{
+		{Holder: "b", FencingToken: 7, AcquiredAt: t0.Add(-30 * time.Second)},
+		{Holder: "c", FencingToken: 6, EndedAt: t0.Add(-30 * time.Second), Ending: leaseapi.TermMoved},
+	}
+	if wake := g.place(); len(g.mv.moves) != 0 || !wake.Equal(t0.Add(30*time.Second)) {
+		t.Fatalf("limited: moves %q, wake %s; want none, and a look when the move leaves the window", g.mv.moves, wake)
+	}
+	g.place()
+	if ev := g.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Normal FailbackHeld ") || !strings.Contains(ev[0], "maxMoves") {
+		t.Errorf("events %q, want one Normal FailbackHeld naming maxMoves (once per term)", ev)
+	}
+	g.clk.SetTime(t0.Add(30 * time.Second))
+	if g.place(); len(g.mv.moves) != 1 || g.mv.moves[0] != "a" {
+		t.Errorf("once the move left the window: moves %q, want one to a", g.mv.moves)
 	}
 }
 

@@ -89,6 +89,7 @@ const (
 	FailingOverReason      = "FailingOver"
 	FailoverLimitedReason  = "FailoverLimited"
 	InvalidPlacementReason = "InvalidPlacement"
+	FailbackHeldReason     = "FailbackHeld"
 
 	// Reasons a cluster must hand its leases over: its fleet membership.
 
