@@ -45,6 +45,7 @@ const (
 	reasonFailingBack     = "FailingBack"
 	reasonFailingOver     = "FailingOver"
 	reasonFailoverLimited = "FailoverLimited"
+	reasonFailbackHeld    = "FailbackHeld"
 )
 
 // placement is what the suite sets as spec.placement: the clusters labelled
@@ -61,8 +62,9 @@ func placement() *berthv1alpha1.Placement {
 // moving once the lease moved maxMoves times in the window (FailoverLimited);
 // an administrator's move to a named cluster lands there; the lease fails
 // back to the preferred cluster once it has been healthy for the
-// stabilization window after it returns, and not while it flaps; and the
-// lease API's term history is the one the recorder saw. The recorder judges
+// stabilization window after it returns, and not while it flaps; a
+// failback that its destination did not take holds the next one off; and
+// the lease API's term history is the one the recorder saw. The recorder judges
 // every handover (no two clusters at once). One fleet serves the scenarios
 // in turn.
 func TestPlacement(t *testing.T) {
@@ -94,6 +96,7 @@ func TestPlacement(t *testing.T) {
 		{"move to a named cluster", p.moveTo},
 		{"failback once the preferred cluster returns", p.failback},
 		{"a flapping preferred cluster gets nothing", p.flapping},
+		{"a failback not taken holds the next one off", p.notTaken},
 		{"the lease API's history is the recorder's", p.history},
 	}
 	for _, s := range steps {
@@ -314,6 +317,84 @@ func (p *placementRun) flapping(t *testing.T) {
 	t.Logf("%s flapped %d times (healthy for %s at most at a time, stabilization %s): the lease stayed on %s, term %d",
 		preferredCluster, flaps, longest.Round(time.Millisecond), stabilization, backup, before.FencingToken)
 	p.failbackAfterHeal(t, "failback after the preferred cluster flapped", backup)
+}
+
+// notTaken: the preferred cluster loses its BerthLease (a GitOps tool
+// pruned it there by mistake), so it cannot take the lease. A backup holds
+// it and, once cluster-1 has been healthy for the stabilization window,
+// fails back to it; nobody takes the move within its reservation, and a
+// backup takes the lease again. The history shows the move not taken to
+// every agent: the new holder holds its own failback off for the window
+// (FailbackHeld), so the lease does not circle through a cluster that
+// cannot run it. Once the BerthLease is back, the failback lands.
+func (p *placementRun) notTaken(t *testing.T) {
+	m := p.Member(preferredCluster)
+	if _, err := p.LeaseAPI.Admin.Cordon(t.Context(), preferredCluster); err != nil {
+		t.Fatal(err)
+	}
+	backup, _ := p.runner(t, ttl+30*time.Second, "a backup cluster runs after "+preferredCluster+" was cordoned", preferredCluster)
+	bl := m.BerthLease(t.Context())
+	if err := m.Client.Delete(t.Context(), &bl); err != nil {
+		t.Fatal(err)
+	}
+	poll.For(t, 30*time.Second, preferredCluster+"'s BerthLease is gone", func() bool { return m.BerthLease(t.Context()).Name == "" })
+	first := p.lease(t)
+	if first.Holder != backup {
+		t.Fatalf("lease before %s is uncordoned: %+v, want %s's", preferredCluster, first, backup)
+	}
+	uncordoned := time.Now()
+	if _, err := p.LeaseAPI.Admin.Uncordon(t.Context(), preferredCluster); err != nil {
+		t.Fatal(err)
+	}
+
+	// backup fails back to cluster-1 after the window; the move is not
+	// taken, and a backup holds the next term.
+	var next leaseapi.Lease
+	poll.For(t, stabilization+ttl+30*time.Second, "a backup holds the term after the move not taken", func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		l, err := p.LeaseAPI.Admin.GetLease(ctx, workload.Namespace, workload.Name)
+		next = l
+		return err == nil && l.Holder != "" && l.FencingToken > first.FencingToken
+	})
+	p.moved = append(p.moved, first.FencingToken)
+	p.wantEnded(t, first.FencingToken, leaseapi.TermMoved)
+	if at, to, seen := p.moves.first(first.FencingToken); seen && to != preferredCluster {
+		t.Errorf("term %d was moved to %q at %s, want %s", first.FencingToken, to, at.Format("15:04:05.000"), preferredCluster)
+	}
+	var moved time.Time
+	for _, term := range p.terms(t) {
+		if term.FencingToken == first.FencingToken {
+			moved = term.EndedAt
+		}
+	}
+	if next.Holder == preferredCluster || next.AcquiredAt.Sub(moved) < ttl {
+		t.Fatalf("term %d (%s) began %s after %s's term %d moved to %s: want a backup's, after the reservation (%s)",
+			next.FencingToken, next.Holder, next.AcquiredAt.Sub(moved), backup, first.FencingToken, preferredCluster, ttl)
+	}
+	held := p.awaitEvent(t, next.Holder, corev1.EventTypeNormal, reasonFailbackHeld, uncordoned)
+	t.Logf("%s uncordoned at %s without its BerthLease: %s failed back to it %s later, not taken; %s's term %d began %s after the move, and held failback off %s after it began",
+		preferredCluster, uncordoned.Format("15:04:05.000"), backup, moved.Sub(uncordoned).Round(time.Millisecond),
+		next.Holder, next.FencingToken, next.AcquiredAt.Sub(moved).Round(time.Millisecond), held.Sub(next.AcquiredAt).Round(time.Millisecond))
+
+	// The BerthLease is back, as the placement suite has it: the held
+	// failback lands once the window from the next term's start has passed.
+	restored := time.Now()
+	if err := m.ApplyWorkload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p.setSpec(t, func(s *berthv1alpha1.BerthLeaseSpec) { s.Failover, s.Placement = nil, placement() })
+	took := p.runs(t, preferredCluster, stabilization+60*time.Second, "the preferred cluster runs once its BerthLease is back")
+	decided := p.movedAt(t, next.FencingToken, preferredCluster)
+	p.moved = append(p.moved, next.FencingToken)
+	p.wantEnded(t, next.FencingToken, leaseapi.TermMoved)
+	t.Logf("BerthLease back in %s at %s: %s failed back %s after its term began (stabilization %s), %s ran both replicas %s after the BerthLease was back",
+		preferredCluster, restored.Format("15:04:05.000"), next.Holder, decided.Sub(next.AcquiredAt).Round(time.Millisecond), stabilization,
+		preferredCluster, took.Round(time.Millisecond))
+	if decided.Sub(next.AcquiredAt) < stabilization {
+		t.Errorf("%s failed back %s after its term began, within the hold after a move not taken (%s)", next.Holder, decided.Sub(next.AcquiredAt), stabilization)
+	}
+	p.record(t, "failback held after a move not taken", took)
 }
 
 // history: the lease API's terms, oldest first, are the terms the recorder
