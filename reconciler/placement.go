@@ -162,14 +162,28 @@ func (pl *placer) failover(ctx context.Context, pm *placementMemory, running []c
 		pl.log.V(1).Info("Pods not Ready; failover due later", "unreadySince", since, "due", due)
 		return false, due
 	}
-	if limited, until := pl.limited(ctx); limited {
+	n, leaves, err := pl.recentMoves(ctx)
+	if err != nil {
+		pl.log.Error(err, "cannot read the lease's history to count its moves; trying again later")
+		return false, pl.retry()
+	}
+	window := time.Duration(cmp.Or(f.WindowSeconds, defaultWindowSeconds)) * time.Second
+	if n >= int(cmp.Or(f.MaxMoves, defaultMaxMoves)) {
 		if !pm.limited {
 			pm.limited = true
 			pl.event(corev1.EventTypeWarning, ReasonFailoverLimited, fmt.Sprintf(
-				"Pods not Ready for %s, but the lease moved %d times within %ds (spec.failover.maxMoves): it stays here",
-				pl.now.Sub(since).Round(time.Second), cmp.Or(f.MaxMoves, defaultMaxMoves), cmp.Or(f.WindowSeconds, defaultWindowSeconds)))
+				"Pods not Ready for %s, but the lease moved %d times within %s (spec.failover.maxMoves): it stays here",
+				pl.now.Sub(since).Round(time.Second), n, window))
 		}
-		return false, until
+		return false, leaves
+	}
+	// Back off: each move of the lease within the window doubles how long
+	// the Pods must stay unready here, so a workload that fails everywhere
+	// slows down before maxMoves stops it.
+	wait := backoff(unready, window, n)
+	if due := since.Add(wait); pl.now.Before(due) {
+		pl.log.V(1).Info("Pods not Ready; failover backs off", "unreadySince", since, "movesInWindow", n, "due", due)
+		return false, due
 	}
 	if pl.r.Fleet != nil {
 		// A move with nowhere to go only stops the workload for a TTL and
@@ -180,7 +194,11 @@ func (pl *placer) failover(ctx context.Context, pm *placementMemory, running []c
 			return false, time.Time{}
 		}
 	}
-	note := fmt.Sprintf("Pods not Ready for %s (spec.failover.unreadySeconds %d): moving the lease to another cluster", pl.now.Sub(since).Round(time.Second), f.UnreadySeconds)
+	why := fmt.Sprintf("spec.failover.unreadySeconds %d", f.UnreadySeconds)
+	if n > 0 {
+		why += fmt.Sprintf(", backed off to %s by %d moves within %s", wait, n, window)
+	}
+	note := fmt.Sprintf("Pods not Ready for %s (%s): moving the lease to another cluster", pl.now.Sub(since).Round(time.Second), why)
 	if !pl.move(ctx, "", corev1.EventTypeWarning, ReasonFailingOver, note) {
 		return false, pl.retry()
 	}
@@ -275,17 +293,43 @@ func (pl *placer) limited(ctx context.Context) (bool, time.Time) {
 	if f == nil {
 		return false, time.Time{}
 	}
-	terms, err := pl.history(ctx)
+	n, leaves, err := pl.recentMoves(ctx)
 	if err != nil {
 		pl.log.Error(err, "cannot read the lease's history to count its moves; trying again later")
 		return true, pl.retry()
 	}
-	window := time.Duration(cmp.Or(f.WindowSeconds, defaultWindowSeconds)) * time.Second
-	n, oldest := movesWithin(terms, pl.now.Add(-window))
 	if n < int(cmp.Or(f.MaxMoves, defaultMaxMoves)) {
 		return false, time.Time{}
 	}
-	return true, oldest.Add(window)
+	return true, leaves
+}
+
+// recentMoves counts the moves of the lease within spec.failover's window,
+// as the history shows them (failovers, failbacks and administrators'
+// moves, in any cluster), and says when the oldest of them leaves it.
+func (pl *placer) recentMoves(ctx context.Context) (n int, leaves time.Time, err error) {
+	terms, err := pl.history(ctx)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	window := time.Duration(cmp.Or(pl.bl.Spec.Failover.WindowSeconds, defaultWindowSeconds)) * time.Second
+	n, oldest := movesWithin(terms, pl.now.Add(-window))
+	return n, oldest.Add(window), nil
+}
+
+// backoff is how long the Pods must stay unready before a failover when
+// the lease moved n times within the window: unready, doubled for each
+// move, but never beyond the window (when the moves have left it, the
+// wait is unready again).
+func backoff(unready, window time.Duration, n int) time.Duration {
+	wait := unready
+	for range n {
+		if wait >= window {
+			break
+		}
+		wait *= 2
+	}
+	return max(unready, min(wait, window))
 }
 
 // history reads the lease's term history once per reconcile.

@@ -303,6 +303,45 @@ func TestPlaceFailover(t *testing.T) {
 	}
 }
 
+func TestPlaceFailoverBacksOff(t *testing.T) {
+	no := false
+	g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{Failover: &berthv1alpha1.Failover{UnreadySeconds: 5, MaxMoves: 3, WindowSeconds: 60}})
+	g.fleet.clusters = []ViewedCluster{{ID: "a", HealthySince: t0}, {ID: "b", HealthySince: t0}}
+	// The lease moved here 20 s ago; the Pods turned unready at t0.
+	g.mv.terms = []leaseapi.Term{
+		{Holder: "b", FencingToken: 7, AcquiredAt: t0.Add(-20 * time.Second)},
+		{Holder: "a", FencingToken: 6, EndedAt: t0.Add(-20 * time.Second), Ending: leaseapi.TermMoved},
+	}
+	g.mem.placement = placementMemory{token: 7, activeSince: t0.Add(-20 * time.Second)}
+	unready := readyPod("p", t0.Add(-time.Hour), &no, t0)
+	g.clk.Step(5 * time.Second)
+	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("unready 5 s after one move within the window: moves %q, wake %s; want none, and a look after 10 s", g.mv.moves, wake)
+	}
+	g.clk.Step(5 * time.Second)
+	if g.place(unready); len(g.mv.moves) != 1 {
+		t.Fatalf("unready 10 s after one move within the window: moves %q, want one", g.mv.moves)
+	}
+	if ev := g.events(); len(ev) != 1 || !strings.Contains(ev[0], "backed off to 10s by 1 moves") {
+		t.Errorf("events %q, want one FailingOver naming the back-off", ev)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	const unready, window = 5 * time.Second, time.Minute
+	for n, want := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, time.Minute, time.Minute} {
+		if got := backoff(unready, window, n); got != want {
+			t.Errorf("backoff(%s, %s, %d) = %s, want %s", unready, window, n, got, want)
+		}
+	}
+	if got := backoff(unready, window, 99); got != window {
+		t.Errorf("backoff after 99 moves = %s, want the window", got)
+	}
+	if got := backoff(2*time.Minute, window, 3); got != 2*time.Minute {
+		t.Errorf("unready longer than the window: backoff = %s, want unready", got)
+	}
+}
+
 func TestPlaceFailback(t *testing.T) {
 	g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{Placement: &berthv1alpha1.Placement{
 		Preferred: primaryFirst(), Failback: &berthv1alpha1.Failback{StabilizationSeconds: 10},

@@ -122,7 +122,8 @@ type Failover struct {
 	// cluster holds the lease (counted from the latest of the term's start
 	// as the holder's agent saw it, the Pod's creation, and the last change
 	// of its Ready condition) before the lease is moved to any other
-	// cluster.
+	// cluster. It backs off: each move of the lease within WindowSeconds
+	// doubles it, up to WindowSeconds.
 	// +kubebuilder:validation:Minimum=5
 	// +kubebuilder:validation:Maximum=86400
 	UnreadySeconds int32 `json:"unreadySeconds"`

@@ -119,8 +119,9 @@ type placementRun struct {
 // unready: the holder's Pods never become Ready (its kubelets' readiness
 // probes fail), so after unreadySeconds it moves the lease to another
 // cluster, whose Pods are Ready: the lease stays there. Then every cluster's
-// Pods fail: the lease moves once more and, with maxMoves moves in the
-// window, stays where it is with a FailoverLimited Event.
+// Pods fail: the lease moves once more, after twice unreadySeconds (one move
+// within the window), and, with maxMoves moves in the window, stays where
+// it is with a FailoverLimited Event.
 func (p *placementRun) unready(t *testing.T) {
 	from := p.lease(t)
 	failed := time.Now()
@@ -148,10 +149,14 @@ func (p *placementRun) unready(t *testing.T) {
 	p.moved = append(p.moved, second.FencingToken)
 	ran := time.Now()
 	p.awaitEvent(t, next, corev1.EventTypeWarning, reasonFailingOver, failed)
-	if d := p.movedAt(t, second.FencingToken, "").Sub(second.AcquiredAt); d < unreadyFor {
-		t.Errorf("%s moved its term %d %s after it began, before its Pods were unready for %s", next, second.FencingToken, d, unreadyFor)
+	// One move within the window: the failover backs off to twice
+	// unreadySeconds (less a second: the Ready condition's time is kept in
+	// whole seconds).
+	if d := p.movedAt(t, second.FencingToken, "").Sub(failed); d < 2*unreadyFor-time.Second {
+		t.Errorf("%s moved its term %d %s after its Pods turned unready, before the back-off (twice %s)", next, second.FencingToken, d, unreadyFor)
 	} else {
-		t.Logf("%s moved its term %d %s after it began (unreadySeconds %s)", next, second.FencingToken, d.Round(time.Millisecond), unreadyFor)
+		t.Logf("%s moved its term %d %s after its Pods turned unready (unreadySeconds %s, backed off by one move to %s)", next, second.FencingToken,
+			d.Round(time.Millisecond), unreadyFor, 2*unreadyFor)
 	}
 	// third's Pods are unready from its term's start: it would move after
 	// unreadySeconds, but the lease moved maxMoves times in the window.
