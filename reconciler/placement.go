@@ -183,6 +183,10 @@ func (pl *placer) failover(ctx context.Context, pm *placementMemory, running []c
 	wait := backoff(unready, window, n)
 	if due := since.Add(wait); pl.now.Before(due) {
 		pl.log.V(1).Info("Pods not Ready; failover backs off", "unreadySince", since, "movesInWindow", n, "due", due)
+		// The back-off shrinks when the oldest move leaves the window.
+		if leaves.Before(due) {
+			return false, leaves
+		}
 		return false, due
 	}
 	if pl.r.Fleet != nil {

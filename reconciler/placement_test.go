@@ -327,6 +327,28 @@ func TestPlaceFailoverBacksOff(t *testing.T) {
 	}
 }
 
+func TestPlaceFailoverBackOffEndsWithTheWindow(t *testing.T) {
+	no := false
+	g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{Failover: &berthv1alpha1.Failover{UnreadySeconds: 5, MaxMoves: 3, WindowSeconds: 60}})
+	g.fleet.clusters = []ViewedCluster{{ID: "a", HealthySince: t0}, {ID: "b", HealthySince: t0}}
+	// The lease moved here 53 s before the Pods turned unready: the move
+	// leaves the window 7 s after, before the doubled 10 s are up.
+	g.mv.terms = []leaseapi.Term{
+		{Holder: "b", FencingToken: 7, AcquiredAt: t0.Add(-53 * time.Second)},
+		{Holder: "a", FencingToken: 6, EndedAt: t0.Add(-53 * time.Second), Ending: leaseapi.TermMoved},
+	}
+	g.mem.placement = placementMemory{token: 7, activeSince: t0.Add(-53 * time.Second)}
+	unready := readyPod("p", t0.Add(-time.Hour), &no, t0)
+	g.clk.Step(5 * time.Second)
+	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.Equal(t0.Add(7*time.Second)) {
+		t.Fatalf("backed off by a move about to leave the window: moves %q, wake %s; want none, and a look when it leaves", g.mv.moves, wake)
+	}
+	g.clk.Step(2 * time.Second)
+	if g.place(unready); len(g.mv.moves) != 1 {
+		t.Fatalf("the move left the window and the Pods were unready for 7 s: moves %q, want one", g.mv.moves)
+	}
+}
+
 func TestBackoff(t *testing.T) {
 	const unready, window = 5 * time.Second, time.Minute
 	for n, want := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, time.Minute, time.Minute} {
