@@ -52,7 +52,7 @@ var (
 	}, []string{"cluster", "namespace", "name"})
 	placementMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_agent_placement_moves_total",
-		Help: "Placement decisions on held terms, by reason: FailingOver and FailingBack (the term was moved), FailoverLimited (it stayed), InvalidPlacement (no failback).",
+		Help: "Placement decisions on held terms, by reason: FailingOver and FailingBack (the term was moved), FailoverLimited (it stayed), FailbackHeld (a failback waits), InvalidPlacement (no failback).",
 	}, []string{"cluster", "namespace", "name", "reason"})
 )
 

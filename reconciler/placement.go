@@ -29,7 +29,7 @@ const (
 	// spec.failover.unreadySeconds; it moves the lease to another cluster.
 	ReasonFailingOver = berthv1alpha1.FailingOverReason
 	// ReasonFailoverLimited (Warning): the Pods are not Ready, but the lease
-	// moved spec.failover.maxMoves times within the window: it stays.
+	// moved spec.failover.maxMoves times in a row: it stays.
 	ReasonFailoverLimited = berthv1alpha1.FailoverLimitedReason
 	// ReasonInvalidPlacement (Warning): a selector of
 	// spec.placement.preferred does not parse; no failback is made.
@@ -85,6 +85,10 @@ type placementMemory struct {
 	invalid bool
 	// held: the FailbackHeld Event was emitted for this term.
 	held bool
+	// notReadySeen is, for each running Pod this agent has seen not Ready
+	// in this term, when it first saw it so: unreadiness counts from then at
+	// the earliest, whatever the clock of the Pod's kubelet says.
+	notReadySeen map[types.UID]time.Time
 }
 
 // place is spec.placement's failback and spec.failover's health-based
@@ -149,11 +153,11 @@ type placer struct {
 }
 
 // failover moves the term to any other cluster once a Pod has stayed not
-// Ready for unreadySeconds, unless the lease moved maxMoves times within
-// the window.
+// Ready for unreadySeconds, backed off by the moves in a row before it,
+// unless those are maxMoves already.
 func (pl *placer) failover(ctx context.Context, pm *placementMemory, running []corev1.Pod) (moved bool, wake time.Time) {
 	f := pl.bl.Spec.Failover
-	since := unreadySince(running, pm.activeSince)
+	since := pm.unreadySince(running, pl.now)
 	if since.IsZero() {
 		return false, time.Time{}
 	}
@@ -162,31 +166,30 @@ func (pl *placer) failover(ctx context.Context, pm *placementMemory, running []c
 		pl.log.V(1).Info("Pods not Ready; failover due later", "unreadySince", since, "due", due)
 		return false, due
 	}
-	n, leaves, err := pl.recentMoves(ctx)
+	// The moves are counted as of when the Pods turned unready here, not
+	// now: while they stay unready the count neither grows nor shrinks, so
+	// a limited holder keeps the lease until its Pods have been Ready.
+	n, _, err := pl.movesInARow(ctx, since)
 	if err != nil {
 		pl.log.Error(err, "cannot read the lease's history to count its moves; trying again later")
 		return false, pl.retry()
 	}
-	window := time.Duration(cmp.Or(f.WindowSeconds, defaultWindowSeconds)) * time.Second
+	window := failoverWindow(f)
 	if n >= int(cmp.Or(f.MaxMoves, defaultMaxMoves)) {
 		if !pm.limited {
 			pm.limited = true
 			pl.event(corev1.EventTypeWarning, ReasonFailoverLimited, fmt.Sprintf(
-				"Pods not Ready for %s, but the lease moved %d times within %s (spec.failover.maxMoves): it stays here",
+				"Pods not Ready for %s, but the lease moved %d times in a row, each within %s of the next (spec.failover.maxMoves): it stays here until its Pods have been Ready",
 				pl.now.Sub(since).Round(time.Second), n, window))
 		}
-		return false, leaves
+		return false, time.Time{} // the Pods' watch wakes the BerthLease
 	}
-	// Back off: each move of the lease within the window doubles how long
-	// the Pods must stay unready here, so a workload that fails everywhere
-	// slows down before maxMoves stops it.
+	// Back off: each move in a row before this one doubles how long the
+	// Pods must stay unready here, so a workload that fails everywhere
+	// slows down until maxMoves stops it.
 	wait := backoff(unready, window, n)
 	if due := since.Add(wait); pl.now.Before(due) {
-		pl.log.V(1).Info("Pods not Ready; failover backs off", "unreadySince", since, "movesInWindow", n, "due", due)
-		// The back-off shrinks when the oldest move leaves the window.
-		if leaves.Before(due) {
-			return false, leaves
-		}
+		pl.log.V(1).Info("Pods not Ready; failover backs off", "unreadySince", since, "movesInARow", n, "due", due)
 		return false, due
 	}
 	if pl.r.Fleet != nil {
@@ -200,7 +203,7 @@ func (pl *placer) failover(ctx context.Context, pm *placementMemory, running []c
 	}
 	why := fmt.Sprintf("spec.failover.unreadySeconds %d", f.UnreadySeconds)
 	if n > 0 {
-		why += fmt.Sprintf(", backed off to %s by %d moves within %s", wait, n, window)
+		why += fmt.Sprintf(", backed off to %s by %d moves in a row", wait, n)
 	}
 	note := fmt.Sprintf("Pods not Ready for %s (%s): moving the lease to another cluster", pl.now.Sub(since).Round(time.Second), why)
 	if !pl.move(ctx, "", corev1.EventTypeWarning, ReasonFailingOver, note) {
@@ -257,7 +260,7 @@ func (pl *placer) failback(ctx context.Context, pm *placementMemory) (moved bool
 	}
 	// The history was read above: limited is the count, never a failed read.
 	if limited, until := pl.limited(ctx); limited {
-		pl.held(pm, target, until, "the lease moved spec.failover.maxMoves times within the window")
+		pl.held(pm, target, until, "the lease moved spec.failover.maxMoves times in a row")
 		return false, until
 	}
 	note := fmt.Sprintf("cluster %s is preferred and has been healthy for %s (spec.placement.failback.stabilizationSeconds): moving the lease to it", target, stabilization)
@@ -289,15 +292,16 @@ const (
 )
 
 // limited reports whether spec.failover limits moves now (the lease moved
-// maxMoves times within the window), and until when. Without
-// spec.failover, nothing limits a failback. A history that cannot be read
-// limits too: a move waits for it.
+// maxMoves times in a row, the newest within the window), and until when:
+// once the lease has stayed put for the window. Without spec.failover,
+// nothing limits a failback. A history that cannot be read limits too: a
+// move waits for it.
 func (pl *placer) limited(ctx context.Context) (bool, time.Time) {
 	f := pl.bl.Spec.Failover
 	if f == nil {
 		return false, time.Time{}
 	}
-	n, leaves, err := pl.recentMoves(ctx)
+	n, newest, err := pl.movesInARow(ctx, pl.now)
 	if err != nil {
 		pl.log.Error(err, "cannot read the lease's history to count its moves; trying again later")
 		return true, pl.retry()
@@ -305,35 +309,41 @@ func (pl *placer) limited(ctx context.Context) (bool, time.Time) {
 	if n < int(cmp.Or(f.MaxMoves, defaultMaxMoves)) {
 		return false, time.Time{}
 	}
-	return true, leaves
+	return true, newest.Add(failoverWindow(f))
 }
 
-// recentMoves counts the moves of the lease within spec.failover's window,
-// as the history shows them (failovers, failbacks and administrators'
-// moves, in any cluster), and says when the oldest of them leaves it.
-func (pl *placer) recentMoves(ctx context.Context) (n int, leaves time.Time, err error) {
+// movesInARow counts the lease's moves in a row as of at, as the history
+// shows them (failovers, failbacks and administrators' moves, in any
+// cluster), and says when the newest ended.
+func (pl *placer) movesInARow(ctx context.Context, at time.Time) (n int, newest time.Time, err error) {
 	terms, err := pl.history(ctx)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	window := time.Duration(cmp.Or(pl.bl.Spec.Failover.WindowSeconds, defaultWindowSeconds)) * time.Second
-	n, oldest := movesWithin(terms, pl.now.Add(-window))
-	return n, oldest.Add(window), nil
+	n, newest = movesInARow(terms, at, failoverWindow(pl.bl.Spec.Failover))
+	return n, newest, nil
 }
 
-// backoff is how long the Pods must stay unready before a failover when
-// the lease moved n times within the window: unready, doubled for each
-// move, but never beyond the window (when the moves have left it, the
-// wait is unready again).
+// failoverWindow is how close moves must follow each other to count in a
+// row: spec.failover.windowSeconds, or twice unreadySeconds when that is
+// longer, so that the back-off (at most half of it) keeps them in a row.
+func failoverWindow(f *berthv1alpha1.Failover) time.Duration {
+	return max(time.Duration(cmp.Or(f.WindowSeconds, defaultWindowSeconds))*time.Second, 2*time.Duration(f.UnreadySeconds)*time.Second)
+}
+
+// backoff is how long the Pods must stay unready before a failover after
+// n moves in a row: unready, doubled for each, but never beyond half the
+// window, so that the next move still follows within the window and
+// counts toward maxMoves.
 func backoff(unready, window time.Duration, n int) time.Duration {
 	wait := unready
 	for range n {
-		if wait >= window {
+		if wait >= window/2 {
 			break
 		}
 		wait *= 2
 	}
-	return max(unready, min(wait, window))
+	return max(unready, min(wait, window/2))
 }
 
 // history reads the lease's term history once per reconcile.
@@ -419,16 +429,19 @@ func (pl *placer) event(eventType, reason, note string) {
 
 // unreadySince is since when the workload has not been Ready: the earliest
 // moment one of the running Pods (not being deleted) has been not Ready
-// since, counted from the later of activeSince, the Pod's creation and its
-// Ready condition's last change. Zero when every one is Ready.
-func unreadySince(running []corev1.Pod, activeSince time.Time) time.Time {
+// since, counted from the latest of the term's activeSince, the Pod's
+// creation, its Ready condition's last change and when this agent first
+// saw it not Ready (now, the first time; the kubelet's clock may be behind
+// the agent's). Zero when every one is Ready.
+func (pm *placementMemory) unreadySince(running []corev1.Pod, now time.Time) time.Time {
 	var since time.Time
+	seen := make(map[types.UID]time.Time)
 	for i := range running {
 		pod := &running[i]
 		if !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		from := latest(activeSince, pod.CreationTimestamp.Time)
+		from := latest(pm.activeSince, pod.CreationTimestamp.Time)
 		ready := false
 		for _, c := range pod.Status.Conditions {
 			if c.Type != corev1.PodReady {
@@ -437,10 +450,19 @@ func unreadySince(running []corev1.Pod, activeSince time.Time) time.Time {
 			ready = c.Status == corev1.ConditionTrue
 			from = latest(from, c.LastTransitionTime.Time)
 		}
-		if !ready && (since.IsZero() || from.Before(since)) {
+		if ready {
+			continue
+		}
+		first, ok := pm.notReadySeen[pod.UID]
+		if !ok {
+			first = now
+		}
+		seen[pod.UID] = first
+		if from = latest(from, first); since.IsZero() || from.Before(since) {
 			since = from
 		}
 	}
+	pm.notReadySeen = seen
 	return since
 }
 
@@ -562,19 +584,30 @@ func movedAway(terms []leaseapi.Term) map[string]time.Time {
 	return at
 }
 
-// movesWithin counts the terms that ended moved after since, and the
-// earliest end among them.
-func movesWithin(terms []leaseapi.Term, since time.Time) (n int, oldest time.Time) {
+// movesInARow counts the terms that ended moved in a row as of at: the
+// newest when it ended less than window before at (or after it), and each
+// older one when it ended less than window before the one after it. newest is when the
+// newest ended.
+func movesInARow(terms []leaseapi.Term, at time.Time, window time.Duration) (n int, newest time.Time) {
+	var ends []time.Time
 	for _, t := range terms {
-		if t.Ending != leaseapi.TermMoved || !t.EndedAt.After(since) {
-			continue
-		}
-		n++
-		if oldest.IsZero() || t.EndedAt.Before(oldest) {
-			oldest = t.EndedAt
+		if t.Ending == leaseapi.TermMoved && !t.EndedAt.IsZero() {
+			ends = append(ends, t.EndedAt)
 		}
 	}
-	return n, oldest
+	slices.SortFunc(ends, func(a, b time.Time) int { return b.Compare(a) })
+	next := at
+	for _, end := range ends {
+		if next.Sub(end) >= window {
+			break
+		}
+		if n == 0 {
+			newest = end
+		}
+		n++
+		next = end
+	}
+	return n, newest
 }
 
 // latest is the later of two times.

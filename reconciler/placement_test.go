@@ -141,14 +141,38 @@ func TestUnreadySince(t *testing.T) {
 		{"a Pod being deleted does not count", []corev1.Pod{deleting}, time.Time{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := unreadySince(tc.pods, active); !got.Equal(tc.want) {
+			pm := placementMemory{activeSince: active}
+			if got := pm.unreadySince(tc.pods, active); !got.Equal(tc.want) {
 				t.Errorf("unreadySince = %s, want %s", got, tc.want)
 			}
 		})
 	}
 }
 
-func TestMovesWithin(t *testing.T) {
+func TestUnreadySinceOnTheAgentsClock(t *testing.T) {
+	// The kubelet's clock is 9 minutes behind the agent's: a Pod that just
+	// turned not Ready says it did so 9 minutes ago. Unreadiness counts
+	// from when the agent first saw it.
+	no, yes := false, true
+	pm := placementMemory{activeSince: t0}
+	now := t0.Add(10 * time.Minute)
+	blip := readyPod("p", t0, &no, t0.Add(time.Minute))
+	if got := pm.unreadySince([]corev1.Pod{blip}, now); !got.Equal(now) {
+		t.Fatalf("first sight: unreadySince = %s, want now %s", got, now)
+	}
+	if got := pm.unreadySince([]corev1.Pod{blip}, now.Add(5*time.Second)); !got.Equal(now) {
+		t.Errorf("5 s later: unreadySince = %s, want the first sight %s", got, now)
+	}
+	ready := readyPod("p", t0, &yes, now.Add(6*time.Second))
+	if got := pm.unreadySince([]corev1.Pod{ready}, now.Add(6*time.Second)); !got.IsZero() || len(pm.notReadySeen) != 0 {
+		t.Errorf("Ready again: unreadySince = %s, remembered %v; want zero, nothing", got, pm.notReadySeen)
+	}
+	if got := pm.unreadySince([]corev1.Pod{blip}, now.Add(time.Minute)); !got.Equal(now.Add(time.Minute)) {
+		t.Errorf("not Ready again: unreadySince = %s, want the new sight %s", got, now.Add(time.Minute))
+	}
+}
+
+func TestMovesInARow(t *testing.T) {
 	terms := []leaseapi.Term{
 		{Holder: "a", FencingToken: 5, AcquiredAt: t0.Add(50 * time.Second)},
 		{Holder: "b", FencingToken: 4, EndedAt: t0.Add(40 * time.Second), Ending: leaseapi.TermMoved},
@@ -156,9 +180,21 @@ func TestMovesWithin(t *testing.T) {
 		{Holder: "c", FencingToken: 2, EndedAt: t0.Add(20 * time.Second), Ending: leaseapi.TermMoved},
 		{Holder: "b", FencingToken: 1, EndedAt: t0.Add(10 * time.Second), Ending: leaseapi.TermMoved},
 	}
-	n, oldest := movesWithin(terms, t0.Add(15*time.Second))
-	if n != 2 || !oldest.Equal(t0.Add(20*time.Second)) {
-		t.Errorf("movesWithin = %d, oldest %s; want 2, %s", n, oldest, t0.Add(20*time.Second))
+	for _, tc := range []struct {
+		name   string
+		at     time.Time
+		window time.Duration
+		n      int
+	}{
+		{"the newest alone: the one before is too far from it", t0.Add(50 * time.Second), 15 * time.Second, 1},
+		{"all three in a row", t0.Add(50 * time.Second), 25 * time.Second, 3},
+		{"the newest too far from now: none", t0.Add(70 * time.Second), 25 * time.Second, 0},
+		{"a move after at counts", t0.Add(35 * time.Second), 15 * time.Second, 1},
+	} {
+		n, newest := movesInARow(terms, tc.at, tc.window)
+		if n != tc.n || n > 0 && !newest.Equal(t0.Add(40*time.Second)) {
+			t.Errorf("%s: movesInARow = %d, newest %s; want %d, %s", tc.name, n, newest, tc.n, t0.Add(40*time.Second))
+		}
 	}
 	away := movedAway(terms)
 	if len(away) != 2 || !away["b"].Equal(t0.Add(40*time.Second)) || !away["c"].Equal(t0.Add(20*time.Second)) {
@@ -285,21 +321,32 @@ func TestPlaceFailover(t *testing.T) {
 	}
 	g.place(unready)
 	g.clk.Step(5 * time.Second)
-	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.Equal(t0.Add(20*time.Second)) {
-		t.Fatalf("limited: moves %q, wake %s; want none, and a look when the oldest move leaves the window", g.mv.moves, wake)
+	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.IsZero() {
+		t.Fatalf("limited: moves %q, wake %s; want none, and no look but the Pods' watch", g.mv.moves, wake)
 	}
-	g.place(unready)
+	// The moves are counted as of when the Pods turned unready: long after
+	// they left the window, the holder still keeps the lease.
+	g.clk.SetTime(t0.Add(10 * time.Minute))
+	if g.place(unready); len(g.mv.moves) != 0 {
+		t.Fatalf("limited, 10 minutes on, Pods still unready: moves %q, want none", g.mv.moves)
+	}
 	if ev := g.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning FailoverLimited ") {
 		t.Errorf("events %q, want one Warning FailoverLimited (once per term)", ev)
 	}
-	g.clk.SetTime(t0.Add(20 * time.Second))
+	// Ready once, then unready again: a new count, from then.
+	yes := true
+	g.place(readyPod("p", t0.Add(-time.Hour), &yes, g.clk.Now()))
+	g.clk.Step(time.Minute)
+	unready = readyPod("p", t0.Add(-time.Hour), &no, g.clk.Now())
+	g.place(unready)
+	g.clk.Step(5 * time.Second)
 	g.mv.err = errors.New("lease API unreachable")
 	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.Equal(g.clk.Now().Add(600*time.Millisecond)) {
 		t.Errorf("move failed: moves %q, wake %s; want a retry at a fifth of the heartbeat", g.mv.moves, wake)
 	}
 	g.mv.err = nil
 	if g.place(unready); len(g.mv.moves) != 1 {
-		t.Errorf("once a move left the window: moves %q, want one", g.mv.moves)
+		t.Errorf("unready again long after the moves: moves %q, want one", g.mv.moves)
 	}
 }
 
@@ -314,6 +361,7 @@ func TestPlaceFailoverBacksOff(t *testing.T) {
 	}
 	g.mem.placement = placementMemory{token: 7, activeSince: t0.Add(-20 * time.Second)}
 	unready := readyPod("p", t0.Add(-time.Hour), &no, t0)
+	g.place(unready)
 	g.clk.Step(5 * time.Second)
 	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.Equal(t0.Add(10*time.Second)) {
 		t.Fatalf("unready 5 s after one move within the window: moves %q, wake %s; want none, and a look after 10 s", g.mv.moves, wake)
@@ -322,44 +370,50 @@ func TestPlaceFailoverBacksOff(t *testing.T) {
 	if g.place(unready); len(g.mv.moves) != 1 {
 		t.Fatalf("unready 10 s after one move within the window: moves %q, want one", g.mv.moves)
 	}
-	if ev := g.events(); len(ev) != 1 || !strings.Contains(ev[0], "backed off to 10s by 1 moves") {
+	if ev := g.events(); len(ev) != 1 || !strings.Contains(ev[0], "backed off to 10s by 1 moves in a row") {
 		t.Errorf("events %q, want one FailingOver naming the back-off", ev)
 	}
 }
 
-func TestPlaceFailoverBackOffEndsWithTheWindow(t *testing.T) {
+func TestPlaceFailoverBackOffHolds(t *testing.T) {
 	no := false
 	g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{Failover: &berthv1alpha1.Failover{UnreadySeconds: 5, MaxMoves: 3, WindowSeconds: 60}})
 	g.fleet.clusters = []ViewedCluster{{ID: "a", HealthySince: t0}, {ID: "b", HealthySince: t0}}
 	// The lease moved here 53 s before the Pods turned unready: the move
-	// leaves the window 7 s after, before the doubled 10 s are up.
+	// counts as of then, though it is more than a minute old when the
+	// doubled 10 s are up.
 	g.mv.terms = []leaseapi.Term{
 		{Holder: "b", FencingToken: 7, AcquiredAt: t0.Add(-53 * time.Second)},
 		{Holder: "a", FencingToken: 6, EndedAt: t0.Add(-53 * time.Second), Ending: leaseapi.TermMoved},
 	}
 	g.mem.placement = placementMemory{token: 7, activeSince: t0.Add(-53 * time.Second)}
 	unready := readyPod("p", t0.Add(-time.Hour), &no, t0)
+	g.place(unready)
 	g.clk.Step(5 * time.Second)
-	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.Equal(t0.Add(7*time.Second)) {
-		t.Fatalf("backed off by a move about to leave the window: moves %q, wake %s; want none, and a look when it leaves", g.mv.moves, wake)
+	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("backed off by one move: moves %q, wake %s; want none, and a look after 10 s", g.mv.moves, wake)
 	}
-	g.clk.Step(2 * time.Second)
+	g.clk.Step(4 * time.Second)
+	if g.place(unready); len(g.mv.moves) != 0 {
+		t.Fatalf("the move left the window, but the back-off holds: moves %q, want none", g.mv.moves)
+	}
+	g.clk.Step(time.Second)
 	if g.place(unready); len(g.mv.moves) != 1 {
-		t.Fatalf("the move left the window and the Pods were unready for 7 s: moves %q, want one", g.mv.moves)
+		t.Fatalf("unready for 10 s: moves %q, want one", g.mv.moves)
 	}
 }
 
 func TestBackoff(t *testing.T) {
 	const unready, window = 5 * time.Second, time.Minute
-	for n, want := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, time.Minute, time.Minute} {
+	for n, want := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 30 * time.Second, 30 * time.Second} {
 		if got := backoff(unready, window, n); got != want {
 			t.Errorf("backoff(%s, %s, %d) = %s, want %s", unready, window, n, got, want)
 		}
 	}
-	if got := backoff(unready, window, 99); got != window {
-		t.Errorf("backoff after 99 moves = %s, want the window", got)
+	if got := backoff(unready, window, 99); got != window/2 {
+		t.Errorf("backoff after 99 moves = %s, want half the window", got)
 	}
-	if got := backoff(2*time.Minute, window, 3); got != 2*time.Minute {
+	if got := backoff(2*time.Minute, 4*time.Minute, 3); got != 2*time.Minute {
 		t.Errorf("unready longer than the window: backoff = %s, want unready", got)
 	}
 }
@@ -440,6 +494,23 @@ func TestPlaceFailbackLimited(t *testing.T) {
 	if g.place(); len(g.mv.moves) != 1 || g.mv.moves[0] != "a" {
 		t.Errorf("once the move left the window: moves %q, want one to a", g.mv.moves)
 	}
+
+	// Three moves in a row, the newest 10 s ago: held until the lease has
+	// stayed put for the window, and the Event says so.
+	g = newPlaceRig(g.bl.Spec)
+	g.fleet.clusters = []ViewedCluster{{ID: "a", HealthySince: t0.Add(-time.Hour)}, {ID: "b", HealthySince: t0.Add(-time.Hour)}}
+	g.mv.terms = []leaseapi.Term{
+		{Holder: "b", FencingToken: 9, AcquiredAt: t0.Add(-10 * time.Second)},
+		{Holder: "c", FencingToken: 8, EndedAt: t0.Add(-10 * time.Second), Ending: leaseapi.TermMoved},
+		{Holder: "b", FencingToken: 7, EndedAt: t0.Add(-20 * time.Second), Ending: leaseapi.TermMoved},
+		{Holder: "c", FencingToken: 6, EndedAt: t0.Add(-50 * time.Second), Ending: leaseapi.TermMoved},
+	}
+	if wake := g.place(); len(g.mv.moves) != 0 || !wake.Equal(t0.Add(50*time.Second)) {
+		t.Fatalf("three moves in a row: moves %q, wake %s; want none until %s", g.mv.moves, wake, t0.Add(50*time.Second))
+	}
+	if ev := g.events(); len(ev) != 1 || !strings.Contains(ev[0], "no failback for 50s") {
+		t.Errorf("events %q, want one FailbackHeld naming 50s", ev)
+	}
 }
 
 func TestPlaceSkewedClocks(t *testing.T) {
@@ -458,8 +529,11 @@ func TestPlaceSkewedClocks(t *testing.T) {
 	unready := readyPod("p", t0.Add(-time.Hour), &no, t0.Add(-time.Minute))
 	g.place(unready)
 	g.clk.Step(5 * time.Second)
-	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.Equal(t0.Add(20*time.Second)) {
-		t.Errorf("agent clock 10 min ahead: moves %q, wake %s; want limited until %s", g.mv.moves, wake, t0.Add(20*time.Second))
+	if g.place(unready); len(g.mv.moves) != 0 {
+		t.Errorf("agent clock 10 min ahead: moves %q; want none, limited", g.mv.moves)
+	}
+	if ev := g.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning FailoverLimited ") {
+		t.Errorf("events %q, want one Warning FailoverLimited", ev)
 	}
 }
 

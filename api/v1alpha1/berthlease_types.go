@@ -122,21 +122,25 @@ type Failover struct {
 	// cluster holds the lease (counted from the latest of the term's start
 	// as the holder's agent saw it, the Pod's creation, and the last change
 	// of its Ready condition) before the lease is moved to any other
-	// cluster. It backs off: each move of the lease within WindowSeconds
-	// doubles it, up to WindowSeconds.
+	// cluster. It backs off: each move of the lease in a row before the
+	// failover (see WindowSeconds) doubles it, up to half the window.
 	// +kubebuilder:validation:Minimum=5
 	// +kubebuilder:validation:Maximum=86400
 	UnreadySeconds int32 `json:"unreadySeconds"`
-	// MaxMoves bounds the moves of the lease within WindowSeconds, as the
-	// lease API's term history counts them (failbacks and failovers, in any
-	// cluster): a workload that fails everywhere stops circling the fleet
-	// and stays where it is, with a Warning Event.
+	// MaxMoves bounds the moves of the lease in a row, as the lease API's
+	// term history counts them (failbacks, failovers and administrators'
+	// moves, in any cluster): after them a workload that fails everywhere
+	// stops circling the fleet and stays where it is, with a Warning Event,
+	// until its Pods have been Ready; and no failback is made until the
+	// lease has stayed put for the window.
 	// +optional
 	// +kubebuilder:default=3
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	MaxMoves int32 `json:"maxMoves,omitempty"`
-	// WindowSeconds is the window of MaxMoves.
+	// WindowSeconds is the window of MaxMoves: moves count in a row when
+	// each ended less than the window before the next (the window is twice
+	// UnreadySeconds when that is longer).
 	// +optional
 	// +kubebuilder:default=3600
 	// +kubebuilder:validation:Minimum=60

@@ -34,9 +34,11 @@ const (
 	// stabilization is spec.placement.failback.stabilizationSeconds.
 	stabilization = 8 * time.Second
 	clusterTTL    = 3 * time.Second
-	// unreadyFor is spec.failover.unreadySeconds; maxMoves its maxMoves.
-	unreadyFor = 5 * time.Second
-	maxMoves   = 2
+	// unreadyFor is spec.failover.unreadySeconds; maxMoves and
+	// failoverWindow its maxMoves and windowSeconds.
+	unreadyFor     = 5 * time.Second
+	maxMoves       = 2
+	failoverWindow = 60 * time.Second
 )
 
 // The agent's Events on a BerthLease when placement moves its lease
@@ -69,7 +71,7 @@ func placement() *berthv1alpha1.Placement {
 // in turn.
 func TestPlacement(t *testing.T) {
 	w := workload
-	w.Failover = &berthv1alpha1.Failover{UnreadySeconds: int32(unreadyFor / time.Second), MaxMoves: maxMoves, WindowSeconds: 60}
+	w.Failover = &berthv1alpha1.Failover{UnreadySeconds: int32(unreadyFor / time.Second), MaxMoves: maxMoves, WindowSeconds: int32(failoverWindow / time.Second)}
 	labels := map[string][]string{}
 	for _, c := range []string{"cluster-1", "cluster-2", "cluster-3"} {
 		site := "backup"
@@ -120,8 +122,9 @@ type placementRun struct {
 // probes fail), so after unreadySeconds it moves the lease to another
 // cluster, whose Pods are Ready: the lease stays there. Then every cluster's
 // Pods fail: the lease moves once more, after twice unreadySeconds (one move
-// within the window), and, with maxMoves moves in the window, stays where
-// it is with a FailoverLimited Event.
+// in a row before it), and, after maxMoves moves in a row, stays where it
+// is with a FailoverLimited Event, even once the first move is older than
+// the window: it stays until its Pods have been Ready.
 func (p *placementRun) unready(t *testing.T) {
 	from := p.lease(t)
 	failed := time.Now()
@@ -171,12 +174,18 @@ func (p *placementRun) unready(t *testing.T) {
 	if limited.Sub(last.AcquiredAt) < unreadyFor {
 		t.Errorf("%s said FailoverLimited %s after its term began, before its Pods were unready for %s", third, limited.Sub(last.AcquiredAt), unreadyFor)
 	}
-	p.stable(t, third, unreadyFor+3*time.Second)
+	// A limit counted over a sliding window would let the lease go once the
+	// first move left it; counted as of when the Pods turned unready, it
+	// holds while they stay unready.
+	until := decided.Add(failoverWindow + unreadyFor + 3*time.Second)
+	p.stable(t, third, max(unreadyFor+3*time.Second, time.Until(until)))
 	if l := p.lease(t); l.Holder != third || l.FencingToken != last.FencingToken || l.Move != nil {
 		t.Errorf("lease after FailoverLimited: %+v, want %s's term %d, not moving", l, third, last.FencingToken)
+	} else {
+		t.Logf("%s kept the lease, its Pods unready, %s after the first move in a row (window %s)", third, time.Since(decided).Round(time.Millisecond), failoverWindow)
 	}
-	if n := movedSince(p.terms(t), failed.Add(-time.Minute)); n != maxMoves {
-		t.Errorf("%d terms ended moved within the window, want maxMoves (%d)", n, maxMoves)
+	if n := movedSince(p.terms(t), decided.Add(-time.Second)); n != maxMoves {
+		t.Errorf("%d terms ended moved since the first failover, want maxMoves (%d)", n, maxMoves)
 	}
 
 	// The kubelets report the Pods Ready again; the failover policy goes.
