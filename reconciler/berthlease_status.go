@@ -329,6 +329,14 @@ func transitions(old, new berthv1alpha1.BerthLeaseStatus) []transition {
 		out = append(out, transition{corev1.EventTypeNormal, "Acquired", fmt.Sprintf("lease acquired by %s with fencing token %d", new.CurrentHolder, new.FencingToken)})
 	case wasHeld && !isHeld && new.LeaseState == StateReleased:
 		out = append(out, transition{corev1.EventTypeNormal, "Released", fmt.Sprintf("lease released (fencing token %d)", old.FencingToken)})
+	case wasHeld && !isHeld && handingOver(old):
+		// Revoked or moved at the lease API (an administrator, or placement)
+		// and given up once the Pods stopped: nothing was lost.
+		note := fmt.Sprintf("lease with fencing token %d handed over after it was revoked or moved", old.FencingToken)
+		if new.CurrentHolder != "" {
+			note += fmt.Sprintf("; holder now %q", new.CurrentHolder)
+		}
+		out = append(out, transition{corev1.EventTypeNormal, "HandedOver", note})
 	case wasHeld && !isHeld:
 		out = append(out, transition{corev1.EventTypeWarning, "Lost", fmt.Sprintf("lease with fencing token %d lost; holder now %q", old.FencingToken, new.CurrentHolder)})
 	}
@@ -340,6 +348,13 @@ func transitions(old, new berthv1alpha1.BerthLeaseStatus) []transition {
 		out = append(out, transition{corev1.EventTypeWarning, newHB.Reason, newHB.Message})
 	}
 	return out
+}
+
+// handingOver reports whether a status is of a term revoked or moved at the
+// lease API, which the agent gives up once its Pods have stopped.
+func handingOver(st berthv1alpha1.BerthLeaseStatus) bool {
+	c := apimeta.FindStatusCondition(st.Conditions, ConditionAcquired)
+	return c != nil && c.Reason == ReasonRevoked
 }
 
 // writeStatus writes the computed status when it changed and emits the

@@ -359,6 +359,10 @@ func heartbeat(status metav1.ConditionStatus, reason, message string) func(*bert
 	}
 }
 
+func revokedTerm(st *berthv1alpha1.BerthLeaseStatus) {
+	apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionAcquired, Status: metav1.ConditionFalse, Reason: ReasonRevoked})
+}
+
 func running(n int32) func(*berthv1alpha1.BerthLeaseStatus) {
 	return func(st *berthv1alpha1.BerthLeaseStatus) { st.RunningPods = n }
 }
@@ -404,6 +408,10 @@ func TestTransitions(t *testing.T) {
 		"lost with nothing running": {
 			old: lease(StateHeld, PhaseActive, us, 7), new: lease(StateWaiting, "", other, 8),
 			want: []transition{{corev1.EventTypeWarning, "Lost", `lease with fencing token 7 lost; holder now "cluster-b"`}},
+		},
+		"handed over after a revocation or a move": {
+			old: lease(StateHeld, PhaseStopping, us, 7, revokedTerm), new: lease(StateWaiting, "", "", 7),
+			want: []transition{{corev1.EventTypeNormal, "HandedOver", `lease with fencing token 7 handed over after it was revoked or moved`}},
 		},
 		"released": {
 			old: lease(StateHeld, PhaseStopping, us, 7), new: lease(StateReleased, "", "", 7),

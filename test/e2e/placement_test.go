@@ -219,6 +219,10 @@ func (p *placementRun) moveTo(t *testing.T) {
 	p.moved = append(p.moved, from.FencingToken)
 	p.movedAt(t, from.FencingToken, to)
 	p.wantEnded(t, from.FencingToken, leaseapi.TermMoved)
+	// The old holder handed the term over on purpose: nothing was lost, and
+	// no BerthLeaseLost alert may fire for it.
+	p.awaitEvent(t, from.Holder, corev1.EventTypeNormal, "HandedOver", moved)
+	p.noEvent(t, from.Holder, "Lost", moved)
 	l := p.lease(t)
 	t.Logf("berthctl moved %s's term %d to %s: %s's term began %s after berthctl started, and it ran both replicas %s after",
 		from.Holder, from.FencingToken, to, to, l.AcquiredAt.Sub(moved).Round(time.Millisecond), took.Round(time.Millisecond))
@@ -590,6 +594,22 @@ func (p *placementRun) awaitEvent(t *testing.T, cluster, eventType, reason strin
 		t.Errorf("no %s Event %s on %s's BerthLease since %s", eventType, reason, cluster, since.Format("15:04:05.000"))
 	}
 	return time.Time{}
+}
+
+// noEvent fails the test when cluster's agent recorded an Event with reason
+// on the BerthLease since then.
+func (p *placementRun) noEvent(t *testing.T, cluster, reason string, since time.Time) {
+	t.Helper()
+	events := &corev1.EventList{}
+	if err := p.Member(cluster).Client.List(t.Context(), events, ctrlclient.InNamespace(workload.Namespace)); err != nil {
+		t.Fatalf("listing %s's Events: %v", cluster, err)
+	}
+	for i := range events.Items {
+		e := &events.Items[i]
+		if e.Reason == reason && e.InvolvedObject.Kind == "BerthLease" && e.InvolvedObject.Name == workload.Name && !eventTime(e).Before(since.Truncate(time.Second)) {
+			t.Errorf("%s: %s Event %s at %s: %s", cluster, e.Type, reason, eventTime(e).Format("15:04:05.000"), e.Message)
+		}
+	}
 }
 
 // eventTime is when an Event was last observed: its series' last
