@@ -321,7 +321,8 @@ type transition struct {
 }
 
 // transitions lists the Events that the change from old to new deserves.
-func transitions(old, new berthv1alpha1.BerthLeaseStatus) []transition {
+// handedOver is the last revoked term this agent released itself.
+func transitions(old, new berthv1alpha1.BerthLeaseStatus, handedOver int32) []transition {
 	var out []transition
 	wasHeld, isHeld := old.LeaseState == StateHeld, new.LeaseState == StateHeld
 	switch {
@@ -329,9 +330,10 @@ func transitions(old, new berthv1alpha1.BerthLeaseStatus) []transition {
 		out = append(out, transition{corev1.EventTypeNormal, "Acquired", fmt.Sprintf("lease acquired by %s with fencing token %d", new.CurrentHolder, new.FencingToken)})
 	case wasHeld && !isHeld && new.LeaseState == StateReleased:
 		out = append(out, transition{corev1.EventTypeNormal, "Released", fmt.Sprintf("lease released (fencing token %d)", old.FencingToken)})
-	case wasHeld && !isHeld && handingOver(old):
+	case wasHeld && !isHeld && handedOver != 0 && handedOver == old.FencingToken:
 		// Revoked or moved at the lease API (an administrator, or placement)
-		// and given up once the Pods stopped: nothing was lost.
+		// and released by this agent once the Pods stopped: nothing was
+		// lost. A revoked term that expired or was taken meanwhile is Lost.
 		note := fmt.Sprintf("lease with fencing token %d handed over after it was revoked or moved", old.FencingToken)
 		if new.CurrentHolder != "" {
 			note += fmt.Sprintf("; holder now %q", new.CurrentHolder)
@@ -348,13 +350,6 @@ func transitions(old, new berthv1alpha1.BerthLeaseStatus) []transition {
 		out = append(out, transition{corev1.EventTypeWarning, newHB.Reason, newHB.Message})
 	}
 	return out
-}
-
-// handingOver reports whether a status is of a term revoked or moved at the
-// lease API, which the agent gives up once its Pods have stopped.
-func handingOver(st berthv1alpha1.BerthLeaseStatus) bool {
-	c := apimeta.FindStatusCondition(st.Conditions, ConditionAcquired)
-	return c != nil && c.Reason == ReasonRevoked
 }
 
 // writeStatus writes the computed status when it changed and emits the
@@ -384,7 +379,7 @@ func (r *BerthLeaseReconciler) writeStatus(ctx context.Context, bl *berthv1alpha
 	if err != nil {
 		return fmt.Errorf("update status: %w", err)
 	}
-	for _, t := range transitions(old, st) {
+	for _, t := range transitions(old, st, mem.read().handedOver) {
 		leaseTransitions.WithLabelValues(r.ClusterIdentity, bl.Namespace, bl.Name, t.reason).Inc()
 		if r.Recorder != nil {
 			r.Recorder.Eventf(bl, nil, t.eventType, t.reason, "LeaseTransition", "%s", t.note)

@@ -101,6 +101,9 @@ type tenure struct {
 	// revoked: the lease API said the term (or the token to release) was
 	// revoked; the cluster hands it over.
 	revoked bool
+	// handedOver is the last revoked (or moved) term this agent released
+	// itself, once its Pods had stopped: given up on purpose, not lost.
+	handedOver int32
 }
 
 // read is the tenure as it is now.
@@ -362,6 +365,9 @@ func (t tenure) afterRelease(token int32, err error) (tenure, outcome) {
 		t.releaseToken, t.releaseSent = token, token
 		t.term = nil
 		return t, outcome{change: changeFailed, token: token}
+	}
+	if err == nil && t.revoked {
+		t.handedOver = token
 	}
 	t.apiErr = nil
 	t.term, t.recoverToken, t.releaseToken, t.releaseSent, t.revoked = nil, 0, 0, 0, false

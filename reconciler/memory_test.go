@@ -236,10 +236,10 @@ func TestAfterAnswer(t *testing.T) {
 		},
 
 		// Release.
-		"release of the term: everything forgotten": {
+		"release of the revoked term: everything forgotten but that it was handed over": {
 			before:      with(holding(pastDeadlineTerm()), wasRevoked, wasSelfFenced, failedWith(errUnreachable), saw(revokedAnswer(7))),
 			req:         req(CallRelease, 7),
-			want:        with(tenure{started: true}, wasSelfFenced, saw(client.AcquireResult{FencingToken: 7})),
+			want:        with(tenure{started: true, handedOver: 7}, wasSelfFenced, saw(client.AcquireResult{FencingToken: 7})),
 			wantOutcome: outcome{change: changeReleased, token: 7},
 		},
 		"release answered conflict: no longer this cluster's, forgotten": {
@@ -635,5 +635,22 @@ func TestReleaseOfUnknownOutcomeNeverRunsAgain(t *testing.T) {
 	}
 	if d := Decide(mem.intoFacts(Facts{Now: answeredAt, GatedPods: 1})); d.Call != CallRelease {
 		t.Fatalf("renewed after a release of unknown outcome, nothing running: Decide() = %+v, want the release sent again", d)
+	}
+}
+
+func TestHandedOver(t *testing.T) {
+	release := func(mem tenure, err error) tenure {
+		t.Helper()
+		mem, _ = mem.afterAnswer(request{call: CallRelease, holder: us, token: 7, ttl: memTTL, heartbeat: memHeartbeat, sent: t0}, client.AcquireResult{}, err, answeredAt)
+		return mem
+	}
+	if got := release(with(releasing(7), wasRevoked), nil).handedOver; got != 7 {
+		t.Errorf("a revoked term released: handedOver = %d, want 7", got)
+	}
+	if got := release(releasing(7), nil).handedOver; got != 0 {
+		t.Errorf("a term released that was not revoked: handedOver = %d, want none", got)
+	}
+	if got := release(with(releasing(7), wasRevoked), errConflict).handedOver; got != 0 {
+		t.Errorf("a revoked term no longer ours at its release (expired, taken): handedOver = %d, want none: it was lost", got)
 	}
 }

@@ -374,8 +374,9 @@ var (
 
 func TestTransitions(t *testing.T) {
 	cases := map[string]struct {
-		old, new berthv1alpha1.BerthLeaseStatus
-		want     []transition
+		old, new   berthv1alpha1.BerthLeaseStatus
+		handedOver int32
+		want       []transition
 	}{
 		"unchanged while held": {
 			old: lease(StateHeld, PhaseActive, us, 7), new: lease(StateHeld, PhaseActive, us, 7),
@@ -410,8 +411,12 @@ func TestTransitions(t *testing.T) {
 			want: []transition{{corev1.EventTypeWarning, "Lost", `lease with fencing token 7 lost; holder now "cluster-b"`}},
 		},
 		"handed over after a revocation or a move": {
-			old: lease(StateHeld, PhaseStopping, us, 7, revokedTerm), new: lease(StateWaiting, "", "", 7),
+			old: lease(StateHeld, PhaseStopping, us, 7, revokedTerm), new: lease(StateWaiting, "", "", 7), handedOver: 7,
 			want: []transition{{corev1.EventTypeNormal, "HandedOver", `lease with fencing token 7 handed over after it was revoked or moved`}},
+		},
+		"revoked, but lost before the agent released it": {
+			old: lease(StateHeld, PhaseStopping, us, 7, revokedTerm, running(1)), new: lease(StateWaiting, PhaseStopping, other, 8, running(1)), handedOver: 3,
+			want: []transition{{corev1.EventTypeWarning, "Lost", `lease with fencing token 7 lost; holder now "cluster-b"`}},
 		},
 		"released": {
 			old: lease(StateHeld, PhaseStopping, us, 7), new: lease(StateReleased, "", "", 7),
@@ -451,7 +456,7 @@ func TestTransitions(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := transitions(tc.old, tc.new)
+			got := transitions(tc.old, tc.new, tc.handedOver)
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(transition{})); diff != "" {
 				t.Errorf("transitions() mismatch (-want +got):\n%s", diff)
 			}
@@ -478,7 +483,7 @@ func TestStatusTransitionsFromCompute(t *testing.T) {
 	for i, step := range steps {
 		next := computeStatus(st, step.in)
 		var got []string
-		for _, tr := range transitions(st, next) {
+		for _, tr := range transitions(st, next, 0) {
 			got = append(got, tr.reason)
 		}
 		if diff := cmp.Diff(step.want, got); diff != "" {
