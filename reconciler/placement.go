@@ -89,6 +89,15 @@ type placementMemory struct {
 	// in this term, when it first saw it so: unreadiness counts from then at
 	// the earliest, whatever the clock of the Pod's kubelet says.
 	notReadySeen map[types.UID]time.Time
+	// readySince is since when this agent has seen every running Pod
+	// Ready (zero while one is not). settled: they stayed Ready for the
+	// failover window in this term, so the moves that brought the lease
+	// here no longer count against a failover.
+	readySince time.Time
+	settled    bool
+	// limitedNow: failover is limited and the Pods are unready now, so
+	// failback waits too (it would only start the circle anew).
+	limitedNow bool
 }
 
 // place is spec.placement's failback and spec.failover's health-based
@@ -153,34 +162,47 @@ type placer struct {
 }
 
 // failover moves the term to any other cluster once a Pod has stayed not
-// Ready for unreadySeconds, backed off by the moves in a row before it,
-// unless those are maxMoves already.
+// Ready for unreadySeconds, backed off by the moves in a row that brought
+// the lease here, unless those are maxMoves already.
 func (pl *placer) failover(ctx context.Context, pm *placementMemory, running []corev1.Pod) (moved bool, wake time.Time) {
 	f := pl.bl.Spec.Failover
+	unready := time.Duration(f.UnreadySeconds) * time.Second
 	since := pm.unreadySince(running, pl.now)
+	pm.limitedNow = false
 	if since.IsZero() {
+		if len(running) > 0 && pm.readySince.IsZero() {
+			pm.readySince = pl.now
+		}
 		return false, time.Time{}
 	}
-	unready := time.Duration(f.UnreadySeconds) * time.Second
+	window := failoverWindow(f)
+	if !pm.readySince.IsZero() && since.Sub(pm.readySince) >= window {
+		pm.settled = true
+	}
+	pm.readySince = time.Time{}
 	if due := since.Add(unready); pl.now.Before(due) {
 		pl.log.V(1).Info("Pods not Ready; failover due later", "unreadySince", since, "due", due)
 		return false, due
 	}
-	// The moves are counted as of when the Pods turned unready here, not
-	// now: while they stay unready the count neither grows nor shrinks, so
-	// a limited holder keeps the lease until its Pods have been Ready.
-	n, _, err := pl.movesInARow(ctx, since)
-	if err != nil {
-		pl.log.Error(err, "cannot read the lease's history to count its moves; trying again later")
-		return false, pl.retry()
+	// The moves are counted as of the start of this term, which neither
+	// an agent restart nor new Pods change, so a limited holder keeps the
+	// lease for as long as its Pods are not Ready; once they have stayed
+	// Ready for the window here, those moves no longer count.
+	n := 0
+	if !pm.settled {
+		var err error
+		if n, err = pl.movesBefore(ctx, pm); err != nil {
+			pl.log.Error(err, "cannot read the lease's history to count its moves; trying again later")
+			return false, pl.retry()
+		}
 	}
-	window := failoverWindow(f)
 	if n >= int(cmp.Or(f.MaxMoves, defaultMaxMoves)) {
+		pm.limitedNow = true
 		if !pm.limited {
 			pm.limited = true
 			pl.event(corev1.EventTypeWarning, ReasonFailoverLimited, fmt.Sprintf(
-				"Pods not Ready for %s, but the lease moved %d times in a row, each within %s of the next (spec.failover.maxMoves): it stays here until its Pods have been Ready",
-				pl.now.Sub(since).Round(time.Second), n, window))
+				"Pods not Ready for %s, but the lease moved %d times in a row, each within %s of the next (spec.failover.maxMoves): it stays here until its Pods have been Ready for %s",
+				pl.now.Sub(since).Round(time.Second), n, window, window))
 		}
 		return false, time.Time{} // the Pods' watch wakes the BerthLease
 	}
@@ -233,6 +255,11 @@ func (pl *placer) failback(ctx context.Context, pm *placementMemory) (moved bool
 			pl.event(corev1.EventTypeWarning, ReasonInvalidPlacement, fmt.Sprintf("no failback: %v", err))
 		}
 		return false, time.Time{} // an edit of the spec wakes the BerthLease
+	}
+	if pm.limitedNow {
+		// A workload unready everywhere would only circle again.
+		pl.log.V(1).Info("failback waits: failover is limited and the Pods are not Ready")
+		return false, time.Time{}
 	}
 	stabilization := time.Duration(cmp.Or(pl0.Failback.StabilizationSeconds, defaultStabilizationSeconds)) * time.Second
 	// Without the history first: it is read only once a target is due.
@@ -324,26 +351,44 @@ func (pl *placer) movesInARow(ctx context.Context, at time.Time) (n int, newest 
 	return n, newest, nil
 }
 
+// movesBefore counts the moves in a row that brought the lease to this
+// term, as of the term's start in the history (the live term comes
+// first), or when this agent first saw it active if the history does not
+// show it.
+func (pl *placer) movesBefore(ctx context.Context, pm *placementMemory) (int, error) {
+	terms, err := pl.history(ctx)
+	if err != nil {
+		return 0, err
+	}
+	start := pm.activeSince
+	if len(terms) > 0 && terms[0].FencingToken == pl.term.Token && terms[0].EndedAt.IsZero() && !terms[0].AcquiredAt.IsZero() {
+		start = terms[0].AcquiredAt
+	}
+	n, _ := movesInARow(terms, start, failoverWindow(pl.bl.Spec.Failover))
+	return n, nil
+}
+
 // failoverWindow is how close moves must follow each other to count in a
-// row: spec.failover.windowSeconds, or twice unreadySeconds when that is
-// longer, so that the back-off (at most half of it) keeps them in a row.
+// row: spec.failover.windowSeconds, or four times unreadySeconds when that
+// is longer. The back-off takes at most a quarter of it, which leaves the
+// rest for the handover (the Pods' stop, the release, the next acquire).
 func failoverWindow(f *berthv1alpha1.Failover) time.Duration {
-	return max(time.Duration(cmp.Or(f.WindowSeconds, defaultWindowSeconds))*time.Second, 2*time.Duration(f.UnreadySeconds)*time.Second)
+	return max(time.Duration(cmp.Or(f.WindowSeconds, defaultWindowSeconds))*time.Second, 4*time.Duration(f.UnreadySeconds)*time.Second)
 }
 
 // backoff is how long the Pods must stay unready before a failover after
-// n moves in a row: unready, doubled for each, but never beyond half the
-// window, so that the next move still follows within the window and
-// counts toward maxMoves.
+// n moves in a row: unready, doubled for each, but never beyond a quarter
+// of the window, so that the next move still follows within the window
+// and counts toward maxMoves.
 func backoff(unready, window time.Duration, n int) time.Duration {
 	wait := unready
 	for range n {
-		if wait >= window/2 {
+		if wait >= window/4 {
 			break
 		}
 		wait *= 2
 	}
-	return max(unready, min(wait, window/2))
+	return max(unready, min(wait, window/4))
 }
 
 // history reads the lease's term history once per reconcile.
@@ -358,7 +403,13 @@ func (pl *placer) history(ctx context.Context) ([]leaseapi.Term, error) {
 	if err != nil {
 		return nil, err
 	}
-	terms, err := pl.mover.History(ctx, ns, name, 0)
+	// The server's default page (100 terms, the live one among them) could
+	// hide the oldest of maxMoves moves.
+	limit := 0
+	if f := pl.bl.Spec.Failover; f != nil && f.MaxMoves >= 98 {
+		limit = int(f.MaxMoves) + 2
+	}
+	terms, err := pl.mover.History(ctx, ns, name, limit)
 	if err != nil && !errors.Is(err, leaseclient.ErrNotFound) {
 		return nil, err
 	}

@@ -264,7 +264,15 @@ func newPlaceRig(spec berthv1alpha1.BerthLeaseSpec) *placeRig {
 // place runs place on the rig's term with pods running, and returns when
 // it looks again.
 func (g *placeRig) place(pods ...corev1.Pod) time.Time {
-	t := g.mem.read()
+	// The term is renewed all along, however far the clock is set.
+	t := g.mem.update(func(t tenure) tenure {
+		if t.term != nil {
+			renewed := *t.term
+			renewed.Deadline, renewed.RenewDue = g.clk.Now().Add(time.Hour), g.clk.Now().Add(time.Hour)
+			t.term = &renewed
+		}
+		return t
+	})
 	p := &observation{mem: g.mem, running: pods, facts: t.intoFacts(Facts{Now: g.clk.Now()})}
 	return g.r.place(context.Background(), g.bl, p, Decision{Phase: PhaseActive})
 }
@@ -403,15 +411,94 @@ func TestPlaceFailoverBackOffHolds(t *testing.T) {
 	}
 }
 
+// limitedRig is a holder whose term began 10 s before t0, after two moves
+// in a row (maxMoves 2): its failover is limited.
+func limitedRig(spec berthv1alpha1.BerthLeaseSpec) *placeRig {
+	g := newPlaceRig(spec)
+	g.fleet.clusters = []ViewedCluster{{ID: "a", HealthySince: t0.Add(-time.Hour)}, {ID: "b", HealthySince: t0.Add(-time.Hour)}}
+	g.mv.terms = []leaseapi.Term{
+		{Holder: "b", FencingToken: 7, AcquiredAt: t0.Add(-10 * time.Second)},
+		{Holder: "a", FencingToken: 6, EndedAt: t0.Add(-10 * time.Second), Ending: leaseapi.TermMoved},
+		{Holder: "b", FencingToken: 5, EndedAt: t0.Add(-30 * time.Second), Ending: leaseapi.TermMoved},
+	}
+	return g
+}
+
+func TestPlaceFailoverLimitSurvives(t *testing.T) {
+	no, yes := false, true
+	spec := berthv1alpha1.BerthLeaseSpec{Failover: &berthv1alpha1.Failover{UnreadySeconds: 5, MaxMoves: 2, WindowSeconds: 60}}
+
+	t.Run("an agent restart and new Pods, hours on", func(t *testing.T) {
+		g := limitedRig(spec)
+		unready := readyPod("p", t0, &no, t0)
+		g.place(unready)
+		g.clk.Step(5 * time.Second)
+		g.place(unready)
+		// Two hours on, the agent restarts (its memory is gone) and the
+		// Deployment made a new Pod, never Ready either.
+		g.clk.SetTime(t0.Add(2 * time.Hour))
+		g.mem.placement = placementMemory{}
+		again := readyPod("q", g.clk.Now(), &no, g.clk.Now())
+		g.place(again)
+		g.clk.Step(time.Minute)
+		if g.place(again); len(g.mv.moves) != 0 {
+			t.Fatalf("limited, then restarted with new Pods: moves %q, want none (the count is the term's)", g.mv.moves)
+		}
+	})
+
+	t.Run("Ready for less than the window", func(t *testing.T) {
+		g := limitedRig(spec)
+		g.place(readyPod("p", t0, &no, t0))
+		g.clk.Step(10 * time.Second)
+		g.place(readyPod("p", t0, &yes, g.clk.Now()))
+		g.clk.Step(59 * time.Second)
+		unready := readyPod("p", t0, &no, g.clk.Now())
+		g.place(unready)
+		g.clk.Step(time.Minute)
+		if g.place(unready); len(g.mv.moves) != 0 {
+			t.Fatalf("Ready for 59 s only (window 60 s): moves %q, want none, still limited", g.mv.moves)
+		}
+	})
+
+	t.Run("Ready for the window, then unready", func(t *testing.T) {
+		g := limitedRig(spec)
+		g.place(readyPod("p", t0, &yes, t0))
+		g.clk.Step(time.Minute)
+		unready := readyPod("p", t0, &no, g.clk.Now())
+		g.place(unready)
+		g.clk.Step(5 * time.Second)
+		if g.place(unready); len(g.mv.moves) != 1 {
+			t.Fatalf("Ready for the window in this term, then unready for 5 s: moves %q, want one, without back-off", g.mv.moves)
+		}
+	})
+
+	t.Run("failback waits while limited and unready", func(t *testing.T) {
+		g := limitedRig(berthv1alpha1.BerthLeaseSpec{
+			Placement: &berthv1alpha1.Placement{Preferred: []berthv1alpha1.ClusterPreference{{Cluster: "a"}}, Failback: &berthv1alpha1.Failback{StabilizationSeconds: 10}},
+			Failover:  spec.Failover,
+		})
+		unready := readyPod("p", t0, &no, t0)
+		g.place(unready)
+		g.clk.SetTime(t0.Add(2 * time.Hour))
+		if g.place(unready); len(g.mv.moves) != 0 {
+			t.Fatalf("limited and unready, the preferred cluster healthy for hours: moves %q, want none", g.mv.moves)
+		}
+		g.place(readyPod("p", t0, &yes, g.clk.Now()))
+		if len(g.mv.moves) != 1 || g.mv.moves[0] != "a" {
+			t.Fatalf("Ready again, the moves long past: moves %q, want a failback to a; events %q", g.mv.moves, g.events())
+		}
+	})
+}
+
 func TestBackoff(t *testing.T) {
 	const unready, window = 5 * time.Second, time.Minute
-	for n, want := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 30 * time.Second, 30 * time.Second} {
+	for n, want := range []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second, 15 * time.Second} {
 		if got := backoff(unready, window, n); got != want {
 			t.Errorf("backoff(%s, %s, %d) = %s, want %s", unready, window, n, got, want)
 		}
 	}
-	if got := backoff(unready, window, 99); got != window/2 {
-		t.Errorf("backoff after 99 moves = %s, want half the window", got)
+	if got := backoff(unready, window, 99); got != window/4 {
+		t.Errorf("backoff after 99 moves = %s, want a quarter of the window", got)
 	}
 	if got := backoff(2*time.Minute, 4*time.Minute, 3); got != 2*time.Minute {
 		t.Errorf("unready longer than the window: backoff = %s, want unready", got)

@@ -122,8 +122,9 @@ type Failover struct {
 	// cluster holds the lease (counted from the latest of the term's start
 	// as the holder's agent saw it, the Pod's creation, and the last change
 	// of its Ready condition) before the lease is moved to any other
-	// cluster. It backs off: each move of the lease in a row before the
-	// failover (see WindowSeconds) doubles it, up to half the window.
+	// cluster. It backs off: each move in a row that brought the lease to
+	// this cluster (see WindowSeconds) doubles it, up to a quarter of the
+	// window.
 	// +kubebuilder:validation:Minimum=5
 	// +kubebuilder:validation:Maximum=86400
 	UnreadySeconds int32 `json:"unreadySeconds"`
@@ -131,16 +132,17 @@ type Failover struct {
 	// term history counts them (failbacks, failovers and administrators'
 	// moves, in any cluster): after them a workload that fails everywhere
 	// stops circling the fleet and stays where it is, with a Warning Event,
-	// until its Pods have been Ready; and no failback is made until the
-	// lease has stayed put for the window.
+	// until its Pods have been Ready for the window; no failback is made
+	// meanwhile.
 	// +optional
 	// +kubebuilder:default=3
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	MaxMoves int32 `json:"maxMoves,omitempty"`
 	// WindowSeconds is the window of MaxMoves: moves count in a row when
-	// each ended less than the window before the next (the window is twice
-	// UnreadySeconds when that is longer).
+	// each ended less than the window before the next (the window is four
+	// times UnreadySeconds when that is longer). Keep it well above the
+	// Pods' stop time.
 	// +optional
 	// +kubebuilder:default=3600
 	// +kubebuilder:validation:Minimum=60

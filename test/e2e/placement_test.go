@@ -122,9 +122,10 @@ type placementRun struct {
 // probes fail), so after unreadySeconds it moves the lease to another
 // cluster, whose Pods are Ready: the lease stays there. Then every cluster's
 // Pods fail: the lease moves once more, after twice unreadySeconds (one move
-// in a row before it), and, after maxMoves moves in a row, stays where it
-// is with a FailoverLimited Event, even once the first move is older than
-// the window: it stays until its Pods have been Ready.
+// in a row brought it there, and its Pods were Ready for less than the
+// window), and, after maxMoves moves in a row, stays where it is with a
+// FailoverLimited Event, even once the first move is older than the
+// window: it stays until its Pods have been Ready for the window.
 func (p *placementRun) unready(t *testing.T) {
 	from := p.lease(t)
 	failed := time.Now()
@@ -175,8 +176,8 @@ func (p *placementRun) unready(t *testing.T) {
 		t.Errorf("%s said FailoverLimited %s after its term began, before its Pods were unready for %s", third, limited.Sub(last.AcquiredAt), unreadyFor)
 	}
 	// A limit counted over a sliding window would let the lease go once the
-	// first move left it; counted as of when the Pods turned unready, it
-	// holds while they stay unready.
+	// first move left it; counted for the term, it holds while the Pods
+	// stay unready.
 	until := decided.Add(failoverWindow + unreadyFor + 3*time.Second)
 	p.stable(t, third, max(unreadyFor+3*time.Second, time.Until(until)))
 	if l := p.lease(t); l.Holder != third || l.FencingToken != last.FencingToken || l.Move != nil {
