@@ -119,6 +119,29 @@ berth_agent_lease_transitions_total{` + lease + `, reason="Stopping"} _x65 1x60
 berth_agent_lease_held{` + lease + `} 1x65 _x60`,
 			at: 90 * time.Minute, by: "name",
 		},
+		"stopping, then handed over": {
+			alert: "BerthLeaseStoppingStuck",
+			load: `berth_agent_lease_transitions_total{` + lease + `, reason="Acquired"} 1x120
+berth_agent_lease_transitions_total{` + lease + `, reason="Stopping"} _x65 1x60
+berth_agent_lease_transitions_total{` + lease + `, reason="HandedOver"} _x66 1x60
+berth_agent_lease_held{` + lease + `} 1x65 0x60`,
+			at: 90 * time.Minute, by: "name",
+		},
+		"first failover limit": {
+			alert: "BerthLeaseFailoverLimited",
+			load:  `berth_agent_placement_moves_total{` + lease + `, reason="FailoverLimited"} _x5 1x90`,
+			at:    50 * time.Minute, by: "name", want: []string{"exporter"},
+		},
+		"a failover limit over an hour old": {
+			alert: "BerthLeaseFailoverLimited",
+			load:  `berth_agent_placement_moves_total{` + lease + `, reason="FailoverLimited"} _x5 1x90`,
+			at:    70 * time.Minute, by: "name",
+		},
+		"a failover is no limit": {
+			alert: "BerthLeaseFailoverLimited",
+			load:  `berth_agent_placement_moves_total{` + lease + `, reason="FailingOver"} _x5 1x90`,
+			at:    50 * time.Minute, by: "name",
+		},
 		"lost, then stopping": {
 			alert: "BerthLeaseStoppingStuck",
 			load: `berth_agent_lease_transitions_total{` + lease + `, reason="Acquired"} 1x120

@@ -11,7 +11,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 
 	"github.com/berthfleet/berth/test/binaries"
 	"github.com/berthfleet/berth/test/freeport"
@@ -41,11 +44,11 @@ const (
 
 // TestDeployedMetricsExposed runs a fleet of real binaries, drives it until
 // the metrics that appear only on events exist (a held lease with batched
-// renewals, a self-fence and a takeover, watch streams, admitted Pods), and
-// requires every metric the alert rules and the dashboard select to be
-// exposed: the agent rules by the agents, the lease API rules by the lease
-// API (with a shared store too, which adds the clock metrics), the
-// dashboard by either.
+// renewals, a self-fence and a takeover, a failback, watch streams,
+// admitted Pods), and requires every metric the alert rules and the
+// dashboard select to be exposed: the agent rules by the agents, the lease
+// API rules by the lease API (with a shared store too, which adds the clock
+// metrics), the dashboard by either.
 func TestDeployedMetricsExposed(t *testing.T) {
 	agentGroups, err := LoadRules(agentRules)
 	if err != nil {
@@ -108,6 +111,22 @@ func TestDeployedMetricsExposed(t *testing.T) {
 	t.Logf("%s self-fenced %s after the cut", holder.Name, took.Round(time.Millisecond))
 	holder.Proxy.Heal()
 
+	// Another cluster takes the lease over once the term expires. Placement
+	// then prefers the healed cluster, with failback: the new holder hands
+	// the lease back once it has been healthy for the window, and counts the
+	// move.
+	fenced := holder
+	took = poll.For(t, phaseTimeout, "another cluster takes the lease over", func() bool {
+		holder = f.Member(f.Members[0].Lease(t.Context()).Holder)
+		return holder != nil && holder != fenced
+	})
+	t.Logf("%s took the lease over %s after the heal", holder.Name, took.Round(time.Millisecond))
+	prefer(t, f, fenced.Name)
+	took = poll.For(t, phaseTimeout, "the lease fails back to "+fenced.Name, func() bool {
+		return f.Members[0].Lease(t.Context()).Holder == fenced.Name
+	})
+	t.Logf("the lease failed back to %s %s after the placement changed", fenced.Name, took.Round(time.Millisecond))
+
 	var problems []string
 	took, err = poll.Until(t.Context(), phaseTimeout, "every selected metric exposed", func(ctx context.Context) (bool, error) {
 		s := scrape(ctx, t, targets)
@@ -120,7 +139,7 @@ func TestDeployedMetricsExposed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v:\n%s", err, strings.Join(problems, "\n"))
 	}
-	t.Logf("every selected metric exposed %s after the self-fence; whole test %s", took.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+	t.Logf("every selected metric exposed %s after the failback; whole test %s", took.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 }
 
 // startFleet runs two clusters with the lease API and an agent each, all
@@ -134,7 +153,9 @@ func startFleet(t *testing.T) *localfleet.Fleet {
 		BinDir:   binaries.Dir,
 		WorkDir:  t.TempDir(),
 		Metrics:  true,
-		Log:      testr.NewWithOptions(t, testr.Options{}),
+		// Placement's failback looks at the fleet each second.
+		AgentArgs: []string{"--fleet-view-interval", "1s"},
+		Log:       testr.NewWithOptions(t, testr.Options{}),
 	})
 	if err != nil {
 		t.Fatalf("start fleet: %v", err)
@@ -153,6 +174,23 @@ func startFleet(t *testing.T) *localfleet.Fleet {
 		}
 	})
 	return f
+}
+
+// prefer sets every cluster's BerthLease to prefer cluster, with the
+// shortest failback window.
+func prefer(t *testing.T, f *localfleet.Fleet, cluster string) {
+	t.Helper()
+	for _, m := range f.Members {
+		bl := m.BerthLease(t.Context())
+		patch := ctrlclient.MergeFrom(bl.DeepCopy())
+		bl.Spec.Placement = &berthv1alpha1.Placement{
+			Preferred: []berthv1alpha1.ClusterPreference{{Cluster: cluster}},
+			Failback:  &berthv1alpha1.Failback{StabilizationSeconds: 5},
+		}
+		if err := m.Client.Patch(t.Context(), &bl, patch); err != nil {
+			t.Fatalf("%s: set the placement: %v", m.Name, err)
+		}
+	}
 }
 
 // startSharedStoreLeaseAPI runs a second berth-leaseapi on the Lease objects
