@@ -343,7 +343,15 @@ func transitions(old, new berthv1alpha1.BerthLeaseStatus, handedOver int32) []tr
 		out = append(out, transition{corev1.EventTypeWarning, "Lost", fmt.Sprintf("lease with fencing token %d lost; holder now %q", old.FencingToken, new.CurrentHolder)})
 	}
 	if new.Phase == PhaseStopping && old.Phase != PhaseStopping {
-		out = append(out, transition{corev1.EventTypeWarning, "Stopping", fmt.Sprintf("stopping %d running Pod(s)", new.RunningPods)})
+		stopping := transition{corev1.EventTypeWarning, "Stopping", fmt.Sprintf("stopping %d running Pod(s)", new.RunningPods)}
+		if c := apimeta.FindStatusCondition(new.Conditions, ConditionAcquired); c != nil && c.Reason == ReasonRevoked {
+			// A handover asked for at the lease API (an administrator's
+			// revocation or move, a failback, a failover, whose own Event
+			// says why): the stop is the plan, not a fault.
+			stopping.eventType = corev1.EventTypeNormal
+			stopping.note += " to hand the lease over: its term was revoked or moved"
+		}
+		out = append(out, stopping)
 	}
 	oldHB, newHB := apimeta.FindStatusCondition(old.Conditions, ConditionHeartbeatHealthy), apimeta.FindStatusCondition(new.Conditions, ConditionHeartbeatHealthy)
 	if newHB != nil && newHB.Status == metav1.ConditionFalse && (oldHB == nil || oldHB.Reason != newHB.Reason) {

@@ -426,6 +426,10 @@ func TestTransitions(t *testing.T) {
 			old: lease(StateHeld, PhaseActive, us, 7), new: lease(StateHeld, PhaseStopping, us, 7, running(1)),
 			want: []transition{{corev1.EventTypeWarning, "Stopping", "stopping 1 running Pod(s)"}},
 		},
+		"stopping for a revocation or a move": {
+			old: lease(StateHeld, PhaseActive, us, 7), new: lease(StateHeld, PhaseStopping, us, 7, running(2), revokedTerm),
+			want: []transition{{corev1.EventTypeNormal, "Stopping", "stopping 2 running Pod(s) to hand the lease over: its term was revoked or moved"}},
+		},
 		"still stopping": {
 			old: lease(StateHeld, PhaseStopping, us, 7, running(2)), new: lease(StateHeld, PhaseStopping, us, 7, running(1)),
 		},

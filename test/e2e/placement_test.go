@@ -220,8 +220,10 @@ func (p *placementRun) moveTo(t *testing.T) {
 	p.moved = append(p.moved, from.FencingToken)
 	p.movedAt(t, from.FencingToken, to)
 	p.wantEnded(t, from.FencingToken, leaseapi.TermMoved)
-	// The old holder handed the term over on purpose: nothing was lost, and
-	// no BerthLeaseLost alert may fire for it.
+	// The old holder handed the term over on purpose: it stopped its Pods
+	// and gave the term up with Normal Events, nothing was lost, and no
+	// BerthLeaseLost alert may fire for it.
+	p.awaitEvent(t, from.Holder, corev1.EventTypeNormal, "Stopping", moved)
 	p.awaitEvent(t, from.Holder, corev1.EventTypeNormal, "HandedOver", moved)
 	p.noEvent(t, from.Holder, "Lost", moved)
 	l := p.lease(t)
