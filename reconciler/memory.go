@@ -276,7 +276,7 @@ type outcome struct {
 // longer this cluster's), forgets every term and token.
 func (t tenure) afterAnswer(req request, res client.AcquireResult, err error, now time.Time) (tenure, outcome) {
 	if req.call == CallRelease {
-		return t.afterRelease(req.token, err)
+		return t.afterRelease(req, err)
 	}
 	if req.call == CallRecover {
 		t.recoverToken = 0
@@ -356,8 +356,9 @@ func (t tenure) moved(token int32) tenure {
 	return t
 }
 
-// afterRelease is afterAnswer for a release of token.
-func (t tenure) afterRelease(token int32, err error) (tenure, outcome) {
+// afterRelease is afterAnswer for a release of req.token.
+func (t tenure) afterRelease(req request, err error) (tenure, outcome) {
+	token := req.token
 	if err != nil && !errors.Is(err, client.ErrConflict) {
 		// Keep the token: the release is retried before anything else,
 		// and the term is never run on again (releaseSent).
@@ -366,13 +367,24 @@ func (t tenure) afterRelease(token int32, err error) (tenure, outcome) {
 		t.term = nil
 		return t, outcome{change: changeFailed, token: token}
 	}
-	if err == nil && t.revoked {
+	if err == nil && t.revoked && t.liveAt(token, req.sent) {
+		// Handed over on purpose. The lease API also answers a release of
+		// a term that has already expired (the lease is free) with
+		// success: only a release sent before the term's local deadline,
+		// which bounds the call (call), landed on a live term. Anything
+		// else may have expired first, and is reported lost.
 		t.handedOver = token
 	}
 	t.apiErr = nil
 	t.term, t.recoverToken, t.releaseToken, t.releaseSent, t.revoked = nil, 0, 0, 0, false
 	t.observed = client.AcquireResult{FencingToken: token}
 	return t, outcome{change: changeReleased, token: token}
+}
+
+// liveAt reports whether the term of token was known live at the lease
+// API at sent: held, not self-fenced, and before its local deadline.
+func (t tenure) liveAt(token int32, sent time.Time) bool {
+	return t.term != nil && t.term.Token == token && !t.selfFenced && sent.Before(t.term.Deadline)
 }
 
 // dropTerm forgets the term and every token without releasing them

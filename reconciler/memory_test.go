@@ -237,9 +237,15 @@ func TestAfterAnswer(t *testing.T) {
 
 		// Release.
 		"release of the revoked term: everything forgotten but that it was handed over": {
+			before:      with(holding(grantedTerm(7)), wasRevoked, failedWith(errUnreachable), saw(revokedAnswer(7))),
+			req:         req(CallRelease, 7),
+			want:        with(tenure{started: true, handedOver: 7}, saw(client.AcquireResult{FencingToken: 7})),
+			wantOutcome: outcome{change: changeReleased, token: 7},
+		},
+		"release of a revoked term past its local deadline: it may have expired first, not handed over": {
 			before:      with(holding(pastDeadlineTerm()), wasRevoked, wasSelfFenced, failedWith(errUnreachable), saw(revokedAnswer(7))),
 			req:         req(CallRelease, 7),
-			want:        with(tenure{started: true, handedOver: 7}, wasSelfFenced, saw(client.AcquireResult{FencingToken: 7})),
+			want:        with(tenure{started: true}, wasSelfFenced, saw(client.AcquireResult{FencingToken: 7})),
 			wantOutcome: outcome{change: changeReleased, token: 7},
 		},
 		"release answered conflict: no longer this cluster's, forgotten": {
@@ -644,13 +650,26 @@ func TestHandedOver(t *testing.T) {
 		mem, _ = mem.afterAnswer(request{call: CallRelease, holder: us, token: 7, ttl: memTTL, heartbeat: memHeartbeat, sent: t0}, client.AcquireResult{}, err, answeredAt)
 		return mem
 	}
-	if got := release(with(releasing(7), wasRevoked), nil).handedOver; got != 7 {
+	live := holding(grantedTerm(7))
+	if got := release(with(live, wasRevoked), nil).handedOver; got != 7 {
 		t.Errorf("a revoked term released: handedOver = %d, want 7", got)
 	}
-	if got := release(releasing(7), nil).handedOver; got != 0 {
+	if got := release(live, nil).handedOver; got != 0 {
 		t.Errorf("a term released that was not revoked: handedOver = %d, want none", got)
 	}
-	if got := release(with(releasing(7), wasRevoked), errConflict).handedOver; got != 0 {
+	if got := release(with(live, wasRevoked), errConflict).handedOver; got != 0 {
 		t.Errorf("a revoked term no longer ours at its release (expired, taken): handedOver = %d, want none: it was lost", got)
+	}
+	// The lease API answers a release of an expired term with success too:
+	// only the agent's deadline tells a handover from a term that ran out.
+	for name, mem := range map[string]tenure{
+		"self-fenced":                  with(live, wasRevoked, wasSelfFenced),
+		"sent past its local deadline": with(holding(pastDeadlineTerm()), wasRevoked),
+		"no term known, only a token":  with(releasing(7), wasRevoked),
+		"another term's token":         with(holding(grantedTerm(6)), wasRevoked),
+	} {
+		if got := release(mem, nil).handedOver; got != 0 {
+			t.Errorf("a revoked term released, %s: handedOver = %d, want none: it may have expired first", name, got)
+		}
 	}
 }
