@@ -17,6 +17,7 @@ const (
 	exitNotFound     = 3 // the lease or cluster does not exist
 	exitConflict     = 4 // the server refused a write that raced another (e.g. a release)
 	exitUnauthorized = 5 // no or bad credentials, or not allowed to do this
+	exitNotDone      = 6 // a --wait ended without the outcome asked for
 )
 
 const exitCodesHelp = `Exit codes:
@@ -26,7 +27,9 @@ const exitCodesHelp = `Exit codes:
   3  not found: the lease or cluster does not exist
   4  conflict: the server refused a write that raced another (a release or move of a lease that
      changed hands, a move elsewhere of a term already moving, a move to a cordoned cluster)
-  5  unauthorized or forbidden: no or bad credentials, or not an administrator`
+  5  unauthorized or forbidden: no or bad credentials, or not an administrator
+  6  not done: a --wait ended otherwise than asked (another cluster took the lease, or --timeout
+     passed)`
 
 // usageError is a mistake in the command line or configuration: berthctl did
 // not (or could not usefully) ask the server.
@@ -39,12 +42,23 @@ func usageErrorf(format string, args ...any) error {
 	return &usageError{err: fmt.Errorf(format, args...)}
 }
 
+// notDoneError is a --wait that ended without the outcome asked for.
+type notDoneError struct{ err error }
+
+func (e *notDoneError) Error() string { return e.err.Error() }
+func (e *notDoneError) Unwrap() error { return e.err }
+
 // exitCode maps an error returned by run to the process's exit code.
 func exitCode(err error) int {
-	var usage *usageError
+	var (
+		usage   *usageError
+		notDone *notDoneError
+	)
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.As(err, &notDone):
+		return exitNotDone
 	case errors.As(err, &usage), errors.Is(err, client.ErrInvalid):
 		return exitUsage
 	case errors.Is(err, client.ErrNotFound):

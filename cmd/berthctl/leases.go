@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -188,7 +190,10 @@ agent is not running, the term ends at its expiry, never earlier.`,
 }
 
 func newLeasesMoveCommand(o *globalOptions) *cobra.Command {
-	var to string
+	var (
+		to   string
+		wait bool
+	)
 	cmd := &cobra.Command{
 		Use:   "move NAMESPACE/NAME [--to CLUSTER]",
 		Short: "Ask a lease's holder to hand it over to another cluster (administrators, or the holder's own subject)",
@@ -207,9 +212,16 @@ If the destination does not take it in that time, anyone may.
 The destination must be registered and not cordoned. A term already moving keeps
 its destination (moving it elsewhere is a conflict); a move without --to of a term
 already moving changes nothing. A free lease is left alone and the command
-succeeds.`,
+succeeds.
+
+With --wait, berthctl then follows the handover, printing a line each time it
+advances, until a new term begins: it succeeds when the destination (without
+--to, any other cluster) holds the lease, and exits 6 when another cluster took
+it (the destination did not within its reservation: its BerthLease or agent is
+missing, or it is unhealthy) or --timeout passed first.`,
 		Example: `  berthctl leases move payments/exporter --to west
-  berthctl leases move payments/exporter          # to any other cluster`,
+  berthctl leases move payments/exporter          # to any other cluster
+  berthctl leases move payments/exporter --to west --wait --timeout 5m`,
 		Args: exactArgs("NAMESPACE/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if to != "" {
@@ -234,12 +246,76 @@ succeeds.`,
 				}
 				return err
 			}
-			_, err = fmt.Fprintln(o.out, moveMessage(key, l, after))
-			return err
+			if _, err := fmt.Fprintln(o.out, moveMessage(key, l, after)); err != nil || !wait || !moving(l, after) {
+				return err
+			}
+			return awaitHandover(ctx, o.out, c, key, after)
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "cluster id to move the lease to (default: any cluster but the holder's)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the handover until a new term begins, within --timeout; exit 6 unless the destination took the lease")
 	return cmd
+}
+
+// waitInterval is how often --wait reads the lease.
+const waitInterval = 500 * time.Millisecond
+
+// awaitHandover follows the handover of moved, the lease as the move
+// answered it, until a later term begins, printing each stage once. It
+// fails with a notDoneError when that term is not the destination's, or
+// when ctx ends first.
+func awaitHandover(ctx context.Context, out io.Writer, c *client.Client, key leaseapi.Key, moved leaseapi.Lease) error {
+	began := time.Now()
+	dest := moved.Move.To
+	said := ""
+	for {
+		l, err := c.GetLease(ctx, key.Namespace, key.Name)
+		switch {
+		case ctx.Err() != nil:
+			return &notDoneError{fmt.Errorf("lease %s: no new term within --timeout; last seen: %s", key, said)}
+		case err != nil:
+			return err
+		case l.FencingToken > moved.FencingToken && l.Holder != "":
+			took := time.Since(began).Round(100 * time.Millisecond)
+			if l.Holder == moved.Holder || (dest != "" && l.Holder != dest) {
+				want := cmp.Or(dest, "another cluster")
+				return &notDoneError{fmt.Errorf("lease %s: %s took it (fencing token %d) %s after the move, not %s: the reservation ran out first (is its BerthLease there, and its agent running?); see berthctl leases history %s",
+					key, l.Holder, l.FencingToken, took, want, key)}
+			}
+			_, err := fmt.Fprintf(out, "lease %s handed over: %s holds it with fencing token %d, %s after the move\n", key, l.Holder, l.FencingToken, took)
+			return err
+		}
+		if stage := handoverStage(l, moved); stage != said {
+			if _, err := fmt.Fprintln(out, "waiting: "+stage); err != nil {
+				return err
+			}
+			said = stage
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(waitInterval):
+		}
+	}
+}
+
+// handoverStage says where the handover of moved stands, from the lease l.
+func handoverStage(l, moved leaseapi.Lease) string {
+	switch {
+	case l.Holder == moved.Holder && l.FencingToken == moved.FencingToken:
+		return fmt.Sprintf("%s stops its Pods, then releases the lease (its term ends at %s at the latest)", l.Holder, l.ExpiresAt.Format(time.RFC3339))
+	case l.Holder == "" && l.ReservedFor != "":
+		return fmt.Sprintf("%s gave the term up; the lease is reserved for %s until %s", moved.Holder, l.ReservedFor, l.ReservedUntil.Format(time.RFC3339))
+	case l.Holder == "" && l.ReservedExcept != "":
+		return fmt.Sprintf("%s gave the term up; the lease is reserved for any cluster but %s until %s", moved.Holder, l.ReservedExcept, l.ReservedUntil.Format(time.RFC3339))
+	case l.Holder == "":
+		return "the lease is free, and no cluster has taken it yet"
+	}
+	return fmt.Sprintf("%s holds the lease with fencing token %d", l.Holder, l.FencingToken)
+}
+
+// moving reports whether the move answered after is of the term l.
+func moving(l, after leaseapi.Lease) bool {
+	return after.Move != nil && after.Holder == l.Holder && after.FencingToken == l.FencingToken
 }
 
 // leaseAt is a lease as a command read it, with what it read it through.
@@ -273,7 +349,7 @@ func (o *globalOptions) readLease(ctx context.Context, arg string) (leaseAt, con
 
 // moveMessage says what a move of term l did, from the lease after it.
 func moveMessage(key leaseapi.Key, l, after leaseapi.Lease) string {
-	if after.Move == nil || after.Holder != l.Holder || after.FencingToken != l.FencingToken {
+	if !moving(l, after) {
 		// The term ended between the read and the move.
 		return fmt.Sprintf("lease %s is no longer held by %s with fencing token %d: nothing to move", key, l.Holder, l.FencingToken)
 	}

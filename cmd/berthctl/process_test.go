@@ -699,3 +699,85 @@ func TestLeasesMoveAndHistory(t *testing.T) {
 		}
 	})
 }
+
+func TestLeasesMoveWait(t *testing.T) {
+	s := startServer(t)
+	ctx := t.Context()
+	east, west := s.client(t, "east"), s.client(t, "west")
+	for c, id := range map[*client.Client]string{east: "east", west: "west"} {
+		if _, err := c.RegisterCluster(ctx, id, leaseapi.ClusterRegistration{Fingerprint: "uid-" + id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// moveWait runs `leases move --wait` in the background, and returns once
+	// the term is moving.
+	moveWait := func(t *testing.T, args ...string) <-chan result {
+		t.Helper()
+		done := make(chan result, 1)
+		go func() {
+			done <- berthctl(t, s.as("ops"), append([]string{"leases", "move", "payments/exporter", "--wait"}, args...)...)
+		}()
+		poll.For(t, 10*time.Second, "the term is moving", func() bool {
+			l, err := east.GetLease(ctx, "payments", "exporter")
+			return err == nil && l.Move != nil
+		})
+		return done
+	}
+	acquire := func(t *testing.T, c *client.Client, id string) client.AcquireResult {
+		t.Helper()
+		got, err := c.Acquire(ctx, "payments", "exporter", id, 5*time.Second)
+		if err != nil || !got.Acquired {
+			t.Fatalf("acquire by %s: %+v, %v", id, got, err)
+		}
+		return got
+	}
+	wantSaid := func(t *testing.T, out string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("stdout %q does not say %q", out, w)
+			}
+		}
+	}
+
+	t.Run("the destination takes the lease", func(t *testing.T) {
+		held := acquire(t, east, "east")
+		done := moveWait(t, "--to", "west")
+		time.Sleep(time.Second) // the holder stops its Pods; berthctl reads the lease twice a second
+		if err := east.Release(ctx, "payments", "exporter", "east", held.FencingToken); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // the destination's agent is about to acquire
+		next := acquire(t, west, "west")
+		r := <-done
+		wantCode(t, r, 0)
+		wantSaid(t, r.stdout, "waiting: east stops its Pods", "the lease is reserved for west until",
+			fmt.Sprintf("handed over: west holds it with fencing token %d", next.FencingToken))
+		if err := west.Release(ctx, "payments", "exporter", "west", next.FencingToken); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("another cluster takes it once the reservation ran out: exit 6", func(t *testing.T) {
+		held := acquire(t, east, "east")
+		done := moveWait(t, "--to", "west")
+		if err := east.Release(ctx, "payments", "exporter", "east", held.FencingToken); err != nil {
+			t.Fatal(err)
+		}
+		// West never takes it; east does, once the reservation ran out.
+		var back client.AcquireResult
+		poll.For(t, 15*time.Second, "east takes the lease back", func() bool {
+			got, err := east.Acquire(ctx, "payments", "exporter", "east", 5*time.Second)
+			back = got
+			return err == nil && got.Acquired
+		})
+		r := <-done
+		wantCode(t, r, 6)
+		wantSaid(t, r.stderr, fmt.Sprintf("east took it (fencing token %d)", back.FencingToken), "not west", "berthctl leases history payments/exporter")
+	})
+	t.Run("no new term within --timeout: exit 6", func(t *testing.T) {
+		done := moveWait(t, "--timeout", "3s")
+		r := <-done
+		wantCode(t, r, 6)
+		wantSaid(t, r.stderr, "no new term within --timeout", "east stops its Pods")
+	})
+}

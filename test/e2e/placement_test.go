@@ -197,8 +197,8 @@ func (p *placementRun) unready(t *testing.T) {
 }
 
 // moveTo: an administrator moves the lease with berthctl to a named cluster
-// (not the preferred one, which the next scenario fails back to): it lands
-// there, even though the third cluster waits too.
+// (not the preferred one, which the next scenario fails back to), and waits
+// for it: it lands there, even though the third cluster waits too.
 func (p *placementRun) moveTo(t *testing.T) {
 	from := p.lease(t)
 	to := "cluster-2"
@@ -206,14 +206,18 @@ func (p *placementRun) moveTo(t *testing.T) {
 		to = "cluster-3"
 	}
 	moved := time.Now()
-	cmd := exec.Command(binaries.Path("berthctl"), "leases", "move", workload.Namespace+"/"+workload.Name, "--to", to)
+	cmd := exec.Command(binaries.Path("berthctl"), "leases", "move", workload.Namespace+"/"+workload.Name, "--to", to, "--wait", "--timeout", "60s")
 	cmd.Env = []string{"HOME=" + t.TempDir(), "BERTH_SERVER=" + p.LeaseAPI.URL, "BERTH_TOKEN_FILE=" + p.LeaseAPI.TokenFiles[localfleet.AdminSubject]}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("berthctl leases move --to %s: %v\n%s", to, err, out)
+		t.Fatalf("berthctl leases move --to %s --wait: %v\n%s", to, err, out)
 	}
 	t.Logf("berthctl: %s", strings.TrimSpace(string(out)))
-	next, took := p.runner(t, ttl+30*time.Second, "a cluster runs after the move to "+to, from.Holder)
+	if want := "handed over: " + to + " holds it"; !strings.Contains(string(out), want) {
+		t.Errorf("berthctl leases move --wait did not say %q", want)
+	}
+	next, _ := p.runner(t, ttl+30*time.Second, "a cluster runs after the move to "+to, from.Holder)
+	took := time.Since(moved) // berthctl waited for the new term
 	if next != to {
 		t.Fatalf("the lease moved to %s to %s, not to %s", to, next, to)
 	}
