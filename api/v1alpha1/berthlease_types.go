@@ -70,6 +70,7 @@ type BerthLeaseSpec struct {
 }
 
 // Placement is a BerthLease's preference of clusters.
+// +kubebuilder:validation:XValidation:rule="!has(self.failback) || (has(self.preferred) && size(self.preferred) > 0)",message="failback needs at least one preferred cluster to move back to"
 type Placement struct {
 	// Preferred names the clusters the lease should run on, most preferred
 	// first: each entry a cluster id, or a selector of the labels clusters
@@ -92,12 +93,19 @@ type Placement struct {
 
 // ClusterPreference names clusters by id or by their labels.
 // +kubebuilder:validation:XValidation:rule="has(self.cluster) != has(self.selector)",message="set exactly one of cluster and selector"
+// +kubebuilder:validation:XValidation:rule="!has(self.selector) || (has(self.selector.matchLabels) && size(self.selector.matchLabels) > 0) || (has(self.selector.matchExpressions) && size(self.selector.matchExpressions) > 0)",message="an empty selector names no cluster: give matchLabels or matchExpressions"
 type ClusterPreference struct {
-	// Cluster is a cluster id (an agent's --cluster-id).
+	// Cluster is a cluster id (an agent's --cluster-id): a lowercase RFC
+	// 1123 subdomain.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Cluster string `json:"cluster,omitempty"`
-	// Selector matches the labels a cluster's agent registers.
+	// Selector matches the labels a cluster's agent registers. It must name
+	// labels (an empty selector names no cluster here, not every one). One
+	// that does not parse (an unknown operator, a bad key) names no cluster
+	// either: the holder's agent then makes no failback and says so (Warning
+	// InvalidPlacement).
 	// +optional
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 }
