@@ -98,6 +98,12 @@ type placementMemory struct {
 	// limitedNow: failover is limited and the Pods are unready now, so
 	// failback waits too (it would only start the circle anew).
 	limitedNow bool
+	// movesBefore counts the moves in a row that brought the lease to this
+	// term, in the window movesWindow (zero: not counted yet). The history
+	// before the term does not change, so a limited term, reconciled at
+	// every change of its Pods, reads it once.
+	movesBefore int
+	movesWindow time.Duration
 }
 
 // place is spec.placement's failback and spec.failover's health-based
@@ -356,15 +362,25 @@ func (pl *placer) movesInARow(ctx context.Context, at time.Time) (n int, newest 
 // first), or when this agent first saw it active if the history does not
 // show it.
 func (pl *placer) movesBefore(ctx context.Context, pm *placementMemory) (int, error) {
+	window := failoverWindow(pl.bl.Spec.Failover)
+	if pm.movesWindow == window {
+		return pm.movesBefore, nil
+	}
 	terms, err := pl.history(ctx)
 	if err != nil {
 		return 0, err
 	}
 	start := pm.activeSince
-	if len(terms) > 0 && terms[0].FencingToken == pl.term.Token && terms[0].EndedAt.IsZero() && !terms[0].AcquiredAt.IsZero() {
+	live := len(terms) > 0 && terms[0].FencingToken == pl.term.Token && terms[0].EndedAt.IsZero() && !terms[0].AcquiredAt.IsZero()
+	if live {
 		start = terms[0].AcquiredAt
 	}
-	n, _ := movesInARow(terms, start, failoverWindow(pl.bl.Spec.Failover))
+	n, _ := movesInARow(terms, start, window)
+	if live {
+		// Only the term's own start fixes the count; the fallback is
+		// counted again next time.
+		pm.movesBefore, pm.movesWindow = n, window
+	}
 	return n, nil
 }
 

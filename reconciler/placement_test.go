@@ -207,6 +207,8 @@ func TestMovesInARow(t *testing.T) {
 type mover struct {
 	LeaseClient
 	terms []leaseapi.Term
+	// reads counts the history's reads.
+	reads int
 	moves []string
 	err   error
 	// renewedAt is the lease's last renewal on the lease API's clock (zero:
@@ -227,6 +229,7 @@ func (m *mover) Move(_ context.Context, _, _, _ string, _ int32, to string) (lea
 }
 
 func (m *mover) History(context.Context, string, string, int) ([]leaseapi.Term, error) {
+	m.reads++
 	return m.terms, nil
 }
 
@@ -443,6 +446,26 @@ func TestPlaceFailoverLimitSurvives(t *testing.T) {
 		g.clk.Step(time.Minute)
 		if g.place(again); len(g.mv.moves) != 0 {
 			t.Fatalf("limited, then restarted with new Pods: moves %q, want none (the count is the term's)", g.mv.moves)
+		}
+	})
+
+	t.Run("the history is read once for the term", func(t *testing.T) {
+		g := limitedRig(spec)
+		unready := readyPod("p", t0, &no, t0)
+		g.place(unready)
+		for range 10 {
+			// Its Pods change (a restart, a probe): each reconciles it.
+			g.clk.Step(5 * time.Second)
+			g.place(unready)
+		}
+		if len(g.mv.moves) != 0 || g.mv.reads != 1 {
+			t.Fatalf("limited through 10 reconciles: moves %q, history read %d times; want none, once", g.mv.moves, g.mv.reads)
+		}
+		// Its failover fields change: the window is another, so is the count.
+		g.bl.Spec.Failover = &berthv1alpha1.Failover{UnreadySeconds: 5, MaxMoves: 2, WindowSeconds: 15}
+		g.clk.Step(5 * time.Second)
+		if g.place(unready); len(g.mv.moves) != 1 || g.mv.reads != 2 {
+			t.Fatalf("window 20 s (4 × unreadySeconds over windowSeconds 15): the moves 20 s apart are no longer in a row: moves %q, history read %d times; want one move, a second read", g.mv.moves, g.mv.reads)
 		}
 	})
 
