@@ -38,6 +38,10 @@ const (
 	// the history holds the failback off (moves not taken by their
 	// destination, or maxMoves moves within the window).
 	ReasonFailbackHeld = berthv1alpha1.FailbackHeldReason
+	// ReasonPlacementIgnored (Warning): spec.placement's failback or
+	// spec.failover asks for what this agent cannot do (no --cluster-id,
+	// or failover without --managed-workloads).
+	ReasonPlacementIgnored = berthv1alpha1.PlacementIgnoredReason
 )
 
 // ClusterView is the fleet as this agent last saw it at the lease API
@@ -83,6 +87,8 @@ type placementMemory struct {
 	limited bool
 	// invalid: the InvalidPlacement Event was emitted for this term.
 	invalid bool
+	// ignored: the PlacementIgnored Event was emitted for this term.
+	ignored bool
 	// held: the FailbackHeld Event was emitted for this term.
 	held bool
 	// notReadySeen is, for each running Pod this agent has seen not Ready
@@ -115,11 +121,25 @@ type placementMemory struct {
 // gives the term up. It returns when to look again (zero: at the next
 // event; now: at once, the term moved).
 func (r *BerthLeaseReconciler) place(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation, d Decision) time.Time {
-	spec := bl.Spec
-	failback := spec.Placement != nil && spec.Placement.Failback != nil && r.Fleet != nil
-	failover := spec.Failover != nil && r.ManagedWorkloads
-	mem := p.mem
-	if !failback && !failover || d.Phase != PhaseActive || !p.facts.MayRun() || mem.gone || mem.superseded || r.ClusterIdentity == "" {
+	spec, mem := bl.Spec, p.mem
+	wantFailback, wantFailover := spec.Placement != nil && spec.Placement.Failback != nil, spec.Failover != nil
+	if !wantFailback && !wantFailover || d.Phase != PhaseActive || !p.facts.MayRun() || mem.gone || mem.superseded {
+		return time.Time{}
+	}
+	now, term := r.Clock.Now(), p.facts.Term
+	pm := &mem.placement
+	if pm.token != term.Token {
+		*pm = placementMemory{token: term.Token, activeSince: now}
+	}
+	if why := r.cannotPlace(spec); why != "" && !pm.ignored {
+		pm.ignored = true
+		if r.Recorder != nil {
+			r.Recorder.Eventf(bl, nil, corev1.EventTypeWarning, ReasonPlacementIgnored, "Placement", "%s", why)
+		}
+	}
+	failback := wantFailback && r.Fleet != nil && r.ClusterIdentity != ""
+	failover := wantFailover && r.ManagedWorkloads && r.ClusterIdentity != ""
+	if !failback && !failover {
 		return time.Time{}
 	}
 	log := logr.FromContextOrDiscard(ctx)
@@ -127,11 +147,6 @@ func (r *BerthLeaseReconciler) place(ctx context.Context, bl *berthv1alpha1.Bert
 	if !ok || r.moveUnsupported.Load() {
 		// Logged once, when the lease API answered that it has no moves.
 		return time.Time{}
-	}
-	now, term := r.Clock.Now(), p.facts.Term
-	pm := &mem.placement
-	if pm.token != term.Token {
-		*pm = placementMemory{token: term.Token, activeSince: now}
 	}
 	pl := placer{r: r, bl: bl, mem: mem, mover: mover, term: term, now: now, log: log}
 
@@ -151,6 +166,18 @@ func (r *BerthLeaseReconciler) place(ctx context.Context, bl *berthv1alpha1.Bert
 		wake = earliestSet(wake, next)
 	}
 	return wake
+}
+
+// cannotPlace says what of spec's failback and failover this agent
+// ignores, and why (empty: nothing).
+func (r *BerthLeaseReconciler) cannotPlace(spec berthv1alpha1.BerthLeaseSpec) string {
+	switch {
+	case r.ClusterIdentity == "" || r.Fleet == nil:
+		return "spec.placement.failback and spec.failover are ignored: they need the agent's --cluster-id, and this agent runs without one"
+	case spec.Failover != nil && !r.ManagedWorkloads:
+		return "spec.failover is ignored: it needs the agent's --managed-workloads, without which the agent does not know the Pods"
+	}
+	return ""
 }
 
 // placer carries one reconcile's placement decision.

@@ -718,3 +718,48 @@ func TestPlaceMoveUnsupported(t *testing.T) {
 		t.Errorf("a lease API without moves: wake %s, unsupported %t; want placement off", wake, g.r.moveUnsupported.Load())
 	}
 }
+
+func TestPlaceIgnored(t *testing.T) {
+	no := false
+	failover := &berthv1alpha1.Failover{UnreadySeconds: 5, MaxMoves: 2, WindowSeconds: 60}
+	for name, tc := range map[string]struct {
+		spec  berthv1alpha1.BerthLeaseSpec
+		agent func(r *BerthLeaseReconciler)
+		want  string
+	}{
+		"failover without --managed-workloads": {
+			spec:  berthv1alpha1.BerthLeaseSpec{Failover: failover},
+			agent: func(r *BerthLeaseReconciler) { r.ManagedWorkloads = false },
+			want:  "Warning PlacementIgnored spec.failover is ignored: it needs the agent's --managed-workloads",
+		},
+		"failback without --cluster-id": {
+			spec: berthv1alpha1.BerthLeaseSpec{Placement: &berthv1alpha1.Placement{
+				Preferred: []berthv1alpha1.ClusterPreference{{Cluster: "a"}}, Failback: &berthv1alpha1.Failback{StabilizationSeconds: 10},
+			}},
+			agent: func(r *BerthLeaseReconciler) { r.ClusterIdentity, r.Fleet = "", nil },
+			want:  "Warning PlacementIgnored spec.placement.failback and spec.failover are ignored: they need the agent's --cluster-id",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := newPlaceRig(tc.spec)
+			tc.agent(g.r)
+			unready := readyPod("p", t0, &no, t0)
+			for range 3 {
+				g.place(unready)
+				g.clk.Step(time.Minute)
+			}
+			if ev := g.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], tc.want) {
+				t.Errorf("events %q, want one %q", ev, tc.want)
+			}
+			if len(g.mv.moves) != 0 || g.mv.reads != 0 {
+				t.Errorf("moves %q, history read %d times: want nothing done", g.mv.moves, g.mv.reads)
+			}
+		})
+	}
+	// An agent that can do it says nothing.
+	g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{Failover: failover})
+	g.place(readyPod("p", t0, nil, t0))
+	if ev := g.events(); len(ev) != 0 {
+		t.Errorf("events %q, want none", ev)
+	}
+}

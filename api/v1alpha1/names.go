@@ -90,6 +90,7 @@ const (
 	FailoverLimitedReason  = "FailoverLimited"
 	InvalidPlacementReason = "InvalidPlacement"
 	FailbackHeldReason     = "FailbackHeld"
+	PlacementIgnoredReason = "PlacementIgnored"
 
 	// Reasons a cluster must hand its leases over: its fleet membership.
 
