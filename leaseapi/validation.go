@@ -140,7 +140,7 @@ func (r *ReleaseRequest) Validate() error {
 func (r *MoveRequest) Validate() error {
 	errs := []error{validateHolder(r.Holder), validateToken(r.FencingToken)}
 	if r.To != "" {
-		own, _, _ := strings.Cut(r.Holder, "/")
+		own := HolderCluster(r.Holder)
 		switch err := ValidateClusterID(r.To); {
 		case err != nil:
 			errs = append(errs, &FieldError{Field: "to", Reason: strings.TrimPrefix(err.Error(), "id: ")})
@@ -199,4 +199,11 @@ func validateToken(token int32) error {
 		return &FieldError{Field: "fencingToken", Reason: fmt.Sprintf("must be at least 1, got %d", token)}
 	}
 	return nil
+}
+
+// HolderCluster is the cluster a holder belongs to: the holder up to its
+// first "/" (a cluster id holds as itself).
+func HolderCluster(holder string) string {
+	id, _, _ := strings.Cut(holder, "/")
+	return id
 }

@@ -247,6 +247,7 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 	}
 
 	req := request{call: c, holder: p.holder, token: t.tokenFor(c), ttl: p.ttl, heartbeat: p.heartbeat, sent: r.Clock.Now()}
+	req.bound = t.boundFor(req.token, req.sent)
 	var (
 		res leaseclient.AcquireResult
 		err error

@@ -227,6 +227,20 @@ type request struct {
 	// sent is when the request was sent, on the monotonic clock: a granted
 	// term's local deadline is measured from it.
 	sent time.Time
+	// bound is the local deadline of the term whose token the call
+	// presented, when it had not passed at sent: the call is bounded by it
+	// (call), so an answer means the lease API handled the call while that
+	// term was live. Zero otherwise.
+	bound time.Time
+}
+
+// boundFor is a request's bound (see request.bound) for a call presenting
+// token, sent at sent.
+func (t tenure) boundFor(token int32, sent time.Time) time.Time {
+	if t.term == nil || t.term.Token != token || !sent.Before(t.term.Deadline) {
+		return time.Time{}
+	}
+	return t.term.Deadline
 }
 
 // change is what a transition did that the caller logs or counts; the
@@ -367,24 +381,19 @@ func (t tenure) afterRelease(req request, err error) (tenure, outcome) {
 		t.term = nil
 		return t, outcome{change: changeFailed, token: token}
 	}
-	if err == nil && t.revoked && t.liveAt(token, req.sent) {
+	if err == nil && t.revoked && !req.bound.IsZero() {
 		// Handed over on purpose. The lease API also answers a release of
 		// a term that has already expired (the lease is free) with
-		// success: only a release sent before the term's local deadline,
-		// which bounds the call (call), landed on a live term. Anything
-		// else may have expired first, and is reported lost.
+		// success: only a release answered within the term's local
+		// deadline landed on a live term. Anything else (sent past the
+		// deadline, or of a token without a known term) may have expired
+		// first, and is reported lost.
 		t.handedOver = token
 	}
 	t.apiErr = nil
 	t.term, t.recoverToken, t.releaseToken, t.releaseSent, t.revoked = nil, 0, 0, 0, false
 	t.observed = client.AcquireResult{FencingToken: token}
 	return t, outcome{change: changeReleased, token: token}
-}
-
-// liveAt reports whether the term of token was known live at the lease
-// API at sent: held, not self-fenced, and before its local deadline.
-func (t tenure) liveAt(token int32, sent time.Time) bool {
-	return t.term != nil && t.term.Token == token && !t.selfFenced && sent.Before(t.term.Deadline)
 }
 
 // dropTerm forgets the term and every token without releasing them

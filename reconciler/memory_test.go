@@ -238,7 +238,7 @@ func TestAfterAnswer(t *testing.T) {
 		// Release.
 		"release of the revoked term: everything forgotten but that it was handed over": {
 			before:      with(holding(grantedTerm(7)), wasRevoked, failedWith(errUnreachable), saw(revokedAnswer(7))),
-			req:         req(CallRelease, 7),
+			req:         bounded(req(CallRelease, 7), grantedTerm(7).Deadline),
 			want:        with(tenure{started: true, handedOver: 7}, saw(client.AcquireResult{FencingToken: 7})),
 			wantOutcome: outcome{change: changeReleased, token: 7},
 		},
@@ -644,10 +644,19 @@ func TestReleaseOfUnknownOutcomeNeverRunsAgain(t *testing.T) {
 	}
 }
 
+// bounded is req bounded by the local deadline of the term it presents.
+func bounded(req request, deadline time.Time) request {
+	req.bound = deadline
+	return req
+}
+
 func TestHandedOver(t *testing.T) {
+	// release sends a release of token 7 from mem as call does.
 	release := func(mem tenure, err error) tenure {
 		t.Helper()
-		mem, _ = mem.afterAnswer(request{call: CallRelease, holder: us, token: 7, ttl: memTTL, heartbeat: memHeartbeat, sent: t0}, client.AcquireResult{}, err, answeredAt)
+		req := request{call: CallRelease, holder: us, token: 7, ttl: memTTL, heartbeat: memHeartbeat, sent: t0}
+		req.bound = mem.boundFor(req.token, req.sent)
+		mem, _ = mem.afterAnswer(req, client.AcquireResult{}, err, answeredAt)
 		return mem
 	}
 	live := holding(grantedTerm(7))
@@ -662,9 +671,12 @@ func TestHandedOver(t *testing.T) {
 	}
 	// The lease API answers a release of an expired term with success too:
 	// only the agent's deadline tells a handover from a term that ran out.
+	// A self-fence, then a revoked renewal that re-granted the term: live.
+	if got := release(with(live, wasRevoked, wasSelfFenced), nil).handedOver; got != 7 {
+		t.Errorf("a revoked term renewed after a self-fence, released: handedOver = %d, want 7", got)
+	}
 	for name, mem := range map[string]tenure{
-		"self-fenced":                  with(live, wasRevoked, wasSelfFenced),
-		"sent past its local deadline": with(holding(pastDeadlineTerm()), wasRevoked),
+		"sent past its local deadline": with(holding(pastDeadlineTerm()), wasRevoked, wasSelfFenced),
 		"no term known, only a token":  with(releasing(7), wasRevoked),
 		"another term's token":         with(holding(grantedTerm(6)), wasRevoked),
 	} {

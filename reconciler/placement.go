@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -139,6 +140,10 @@ func (r *BerthLeaseReconciler) place(ctx context.Context, bl *berthv1alpha1.Bert
 	}
 	failback := wantFailback && r.Fleet != nil && r.ClusterIdentity != ""
 	failover := wantFailover && r.ManagedWorkloads && r.ClusterIdentity != ""
+	if !failover {
+		// Only failover keeps it current: without it nothing limits.
+		pm.limitedNow = false
+	}
 	if !failback && !failover {
 		return time.Time{}
 	}
@@ -171,13 +176,18 @@ func (r *BerthLeaseReconciler) place(ctx context.Context, bl *berthv1alpha1.Bert
 // cannotPlace says what of spec's failback and failover this agent
 // ignores, and why (empty: nothing).
 func (r *BerthLeaseReconciler) cannotPlace(spec berthv1alpha1.BerthLeaseSpec) string {
-	switch {
-	case r.ClusterIdentity == "" || r.Fleet == nil:
-		return "spec.placement.failback and spec.failover are ignored: they need the agent's --cluster-id, and this agent runs without one"
-	case spec.Failover != nil && !r.ManagedWorkloads:
-		return "spec.failover is ignored: it needs the agent's --managed-workloads, without which the agent does not know the Pods"
+	var ignored []string
+	if spec.Placement != nil && spec.Placement.Failback != nil && (r.ClusterIdentity == "" || r.Fleet == nil) {
+		ignored = append(ignored, "spec.placement.failback is ignored: it needs the agent's --cluster-id (and its view of the fleet)")
 	}
-	return ""
+	switch {
+	case spec.Failover == nil:
+	case r.ClusterIdentity == "":
+		ignored = append(ignored, "spec.failover is ignored: it needs the agent's --cluster-id")
+	case !r.ManagedWorkloads:
+		ignored = append(ignored, "spec.failover is ignored: it needs the agent's --managed-workloads, without which the agent does not know the Pods")
+	}
+	return strings.Join(ignored, "; ")
 }
 
 // placer carries one reconcile's placement decision.

@@ -495,13 +495,20 @@ func TestPlaceFailoverLimitSurvives(t *testing.T) {
 		}
 	})
 
-	t.Run("failback waits while limited and unready", func(t *testing.T) {
+	// failbackRig is limitedRig with a failback to cluster a, placed once
+	// with a Pod never Ready.
+	failbackRig := func() (*placeRig, corev1.Pod) {
 		g := limitedRig(berthv1alpha1.BerthLeaseSpec{
 			Placement: &berthv1alpha1.Placement{Preferred: []berthv1alpha1.ClusterPreference{{Cluster: "a"}}, Failback: &berthv1alpha1.Failback{StabilizationSeconds: 10}},
 			Failover:  spec.Failover,
 		})
 		unready := readyPod("p", t0, &no, t0)
 		g.place(unready)
+		return g, unready
+	}
+
+	t.Run("failback waits while limited and unready", func(t *testing.T) {
+		g, unready := failbackRig()
 		g.clk.SetTime(t0.Add(2 * time.Hour))
 		if g.place(unready); len(g.mv.moves) != 0 {
 			t.Fatalf("limited and unready, the preferred cluster healthy for hours: moves %q, want none", g.mv.moves)
@@ -509,6 +516,19 @@ func TestPlaceFailoverLimitSurvives(t *testing.T) {
 		g.place(readyPod("p", t0, &yes, g.clk.Now()))
 		if len(g.mv.moves) != 1 || g.mv.moves[0] != "a" {
 			t.Fatalf("Ready again, the moves long past: moves %q, want a failback to a; events %q", g.mv.moves, g.events())
+		}
+	})
+
+	t.Run("spec.failover removed while limited: failback goes on", func(t *testing.T) {
+		g, unready := failbackRig()
+		g.clk.Step(5 * time.Second)
+		if g.place(unready); !g.mem.placement.limitedNow {
+			t.Fatalf("unready for unreadySeconds after maxMoves moves: not limited; events %q", g.events())
+		}
+		g.clk.SetTime(t0.Add(2 * time.Hour))
+		g.bl.Spec.Failover = nil
+		if g.place(unready); len(g.mv.moves) != 1 || g.mv.moves[0] != "a" {
+			t.Fatalf("no spec.failover any more, the preferred cluster healthy for hours: moves %q, want a failback to a", g.mv.moves)
 		}
 	})
 }
@@ -737,7 +757,7 @@ func TestPlaceIgnored(t *testing.T) {
 				Preferred: []berthv1alpha1.ClusterPreference{{Cluster: "a"}}, Failback: &berthv1alpha1.Failback{StabilizationSeconds: 10},
 			}},
 			agent: func(r *BerthLeaseReconciler) { r.ClusterIdentity, r.Fleet = "", nil },
-			want:  "Warning PlacementIgnored spec.placement.failback and spec.failover are ignored: they need the agent's --cluster-id",
+			want:  "Warning PlacementIgnored spec.placement.failback is ignored: it needs the agent's --cluster-id",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -756,6 +776,14 @@ func TestPlaceIgnored(t *testing.T) {
 			}
 		})
 	}
+	t.Run("failover without --cluster-id, failback with it", func(t *testing.T) {
+		g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{Failover: failover})
+		g.r.ClusterIdentity = ""
+		g.place(readyPod("p", t0, &no, t0))
+		if ev := g.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning PlacementIgnored spec.failover is ignored: it needs the agent's --cluster-id") || strings.Contains(ev[0], "failback") {
+			t.Errorf("events %q, want one about spec.failover only", ev)
+		}
+	})
 	// An agent that can do it says nothing.
 	g := newPlaceRig(berthv1alpha1.BerthLeaseSpec{Failover: failover})
 	g.place(readyPod("p", t0, nil, t0))

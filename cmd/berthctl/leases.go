@@ -218,7 +218,9 @@ With --wait, berthctl then follows the handover, printing a line each time it
 advances, until a new term begins: it succeeds when the destination (without
 --to, any other cluster) holds the lease, and exits 6 when another cluster took
 it (the destination did not within its reservation: its BerthLease or agent is
-missing, or it is unhealthy) or --timeout passed first.`,
+missing, or it is unhealthy) or --timeout passed first. --timeout bounds the
+whole command: give it the Pods' stop time plus twice the lease's TTL to see a
+reservation run out.`,
 		Example: `  berthctl leases move payments/exporter --to west
   berthctl leases move payments/exporter          # to any other cluster
   berthctl leases move payments/exporter --to west --wait --timeout 5m`,
@@ -266,30 +268,33 @@ const waitInterval = 500 * time.Millisecond
 // when ctx ends first.
 func awaitHandover(ctx context.Context, out io.Writer, c *client.Client, key leaseapi.Key, moved leaseapi.Lease) error {
 	began := time.Now()
-	dest := moved.Move.To
-	said := ""
+	dest, from := moved.Move.To, leaseapi.HolderCluster(moved.Holder)
+	var said handoverStage
 	for {
 		l, err := c.GetLease(ctx, key.Namespace, key.Name)
 		switch {
 		case ctx.Err() != nil:
-			return &notDoneError{fmt.Errorf("lease %s: no new term within --timeout; last seen: %s", key, said)}
+			err := fmt.Errorf("lease %s: no new term within --timeout", key)
+			if said.stage != "" {
+				err = fmt.Errorf("%w; last seen: %s", err, said)
+			}
+			return &notDoneError{err}
 		case err != nil:
 			return err
 		case l.FencingToken > moved.FencingToken && l.Holder != "":
 			took := time.Since(began).Round(100 * time.Millisecond)
-			if l.Holder == moved.Holder || (dest != "" && l.Holder != dest) {
-				want := cmp.Or(dest, "another cluster")
+			if at := leaseapi.HolderCluster(l.Holder); at == from || (dest != "" && at != dest) {
 				return &notDoneError{fmt.Errorf("lease %s: %s took it (fencing token %d) %s after the move, not %s: the reservation ran out first (is its BerthLease there, and its agent running?); see berthctl leases history %s",
-					key, l.Holder, l.FencingToken, took, want, key)}
+					key, l.Holder, l.FencingToken, took, cmp.Or(dest, "another cluster"), key)}
 			}
 			_, err := fmt.Fprintf(out, "lease %s handed over: %s holds it with fencing token %d, %s after the move\n", key, l.Holder, l.FencingToken, took)
 			return err
 		}
-		if stage := handoverStage(l, moved); stage != said {
-			if _, err := fmt.Fprintln(out, "waiting: "+stage); err != nil {
+		if now := stageOf(l, moved); now.stage != said.stage {
+			if _, err := fmt.Fprintf(out, "waiting: %s\n", now); err != nil {
 				return err
 			}
-			said = stage
+			said = now
 		}
 		select {
 		case <-ctx.Done():
@@ -298,19 +303,25 @@ func awaitHandover(ctx context.Context, out io.Writer, c *client.Client, key lea
 	}
 }
 
-// handoverStage says where the handover of moved stands, from the lease l.
-func handoverStage(l, moved leaseapi.Lease) string {
+// handoverStage is where a handover stands: stage names it, detail adds
+// what changes within it (a renewal moves the term's end).
+type handoverStage struct{ stage, detail string }
+
+func (s handoverStage) String() string { return s.stage + s.detail }
+
+// stageOf says where the handover of moved stands, from the lease l.
+func stageOf(l, moved leaseapi.Lease) handoverStage {
 	switch {
 	case l.Holder == moved.Holder && l.FencingToken == moved.FencingToken:
-		return fmt.Sprintf("%s stops its Pods, then releases the lease (its term ends at %s at the latest)", l.Holder, l.ExpiresAt.Format(time.RFC3339))
+		return handoverStage{moved.Holder + " stops its Pods, then releases the lease", fmt.Sprintf(" (its term ends at %s at the latest)", l.ExpiresAt.Format(time.RFC3339))}
 	case l.Holder == "" && l.ReservedFor != "":
-		return fmt.Sprintf("%s gave the term up; the lease is reserved for %s until %s", moved.Holder, l.ReservedFor, l.ReservedUntil.Format(time.RFC3339))
+		return handoverStage{fmt.Sprintf("%s gave the term up; the lease is reserved for %s", moved.Holder, l.ReservedFor), " until " + l.ReservedUntil.Format(time.RFC3339)}
 	case l.Holder == "" && l.ReservedExcept != "":
-		return fmt.Sprintf("%s gave the term up; the lease is reserved for any cluster but %s until %s", moved.Holder, l.ReservedExcept, l.ReservedUntil.Format(time.RFC3339))
+		return handoverStage{fmt.Sprintf("%s gave the term up; the lease is reserved for any cluster but %s", moved.Holder, l.ReservedExcept), " until " + l.ReservedUntil.Format(time.RFC3339)}
 	case l.Holder == "":
-		return "the lease is free, and no cluster has taken it yet"
+		return handoverStage{stage: "the lease is free, and no cluster has taken it yet"}
 	}
-	return fmt.Sprintf("%s holds the lease with fencing token %d", l.Holder, l.FencingToken)
+	return handoverStage{stage: fmt.Sprintf("%s holds the lease with fencing token %d", l.Holder, l.FencingToken)}
 }
 
 // moving reports whether the move answered after is of the term l.

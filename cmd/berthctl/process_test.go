@@ -743,7 +743,14 @@ func TestLeasesMoveWait(t *testing.T) {
 	t.Run("the destination takes the lease", func(t *testing.T) {
 		held := acquire(t, east, "east")
 		done := moveWait(t, "--to", "west")
-		time.Sleep(time.Second) // the holder stops its Pods; berthctl reads the lease twice a second
+		// The holder stops its Pods, renewing its revoked term meanwhile;
+		// berthctl reads the lease twice a second.
+		for range 3 {
+			time.Sleep(600 * time.Millisecond)
+			if _, err := east.Renew(ctx, "payments", "exporter", "east", held.FencingToken, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if err := east.Release(ctx, "payments", "exporter", "east", held.FencingToken); err != nil {
 			t.Fatal(err)
 		}
@@ -753,7 +760,24 @@ func TestLeasesMoveWait(t *testing.T) {
 		wantCode(t, r, 0)
 		wantSaid(t, r.stdout, "waiting: east stops its Pods", "the lease is reserved for west until",
 			fmt.Sprintf("handed over: west holds it with fencing token %d", next.FencingToken))
+		if n := strings.Count(r.stdout, "stops its Pods, then"); n != 1 {
+			t.Errorf("stdout says the holder stops its Pods %d times, want once: a renewal is no new stage", n)
+		}
 		if err := west.Release(ctx, "payments", "exporter", "west", next.FencingToken); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("holders within clusters: the destination cluster takes the lease", func(t *testing.T) {
+		held := acquire(t, east, "east/billing")
+		done := moveWait(t, "--to", "west")
+		if err := east.Release(ctx, "payments", "exporter", "east/billing", held.FencingToken); err != nil {
+			t.Fatal(err)
+		}
+		next := acquire(t, west, "west/billing")
+		r := <-done
+		wantCode(t, r, 0)
+		wantSaid(t, r.stdout, fmt.Sprintf("handed over: west/billing holds it with fencing token %d", next.FencingToken))
+		if err := west.Release(ctx, "payments", "exporter", "west/billing", next.FencingToken); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -535,10 +534,7 @@ func compareAndSwap[T any](
 
 // ClusterOf is the cluster a holder identity belongs to: the holder up to its
 // first "/" (a cluster acts as "<id>" or "<id>/...").
-func ClusterOf(holder string) string {
-	id, _, _ := strings.Cut(holder, "/")
-	return id
-}
+func ClusterOf(holder string) string { return leaseapi.HolderCluster(holder) }
 
 func (s *Service) checkNotCordoned(ctx context.Context, holder string) error {
 	c, err := s.store.GetCluster(ctx, ClusterOf(holder))
