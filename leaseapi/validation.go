@@ -201,8 +201,8 @@ func validateToken(token int32) error {
 	return nil
 }
 
-// HolderCluster is the cluster a holder belongs to: the holder up to its
-// first "/" (a cluster id holds as itself).
+// HolderCluster is the cluster a holder identity belongs to: the holder up
+// to its first "/" (a cluster acts as "<id>" or "<id>/...").
 func HolderCluster(holder string) string {
 	id, _, _ := strings.Cut(holder, "/")
 	return id

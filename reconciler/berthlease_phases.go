@@ -238,7 +238,9 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
 	t := mem.read()
-	if deadline := t.callDeadline(); r.Clock.Now().Before(deadline) {
+	req := request{call: c, holder: p.holder, token: t.tokenFor(c), ttl: p.ttl, heartbeat: p.heartbeat, sent: r.Clock.Now()}
+	req.bound = t.boundFor(req.token, req.sent)
+	if deadline := t.callDeadline(); req.sent.Before(deadline) {
 		// Never hold the reconcile past the local deadline: at the
 		// deadline, stopping comes first.
 		var cancelAtDeadline context.CancelFunc
@@ -246,8 +248,6 @@ func (r *BerthLeaseReconciler) call(ctx context.Context, bl *berthv1alpha1.Berth
 		defer cancelAtDeadline()
 	}
 
-	req := request{call: c, holder: p.holder, token: t.tokenFor(c), ttl: p.ttl, heartbeat: p.heartbeat, sent: r.Clock.Now()}
-	req.bound = t.boundFor(req.token, req.sent)
 	var (
 		res leaseclient.AcquireResult
 		err error

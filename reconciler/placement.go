@@ -123,8 +123,7 @@ type placementMemory struct {
 // event; now: at once, the term moved).
 func (r *BerthLeaseReconciler) place(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation, d Decision) time.Time {
 	spec, mem := bl.Spec, p.mem
-	wantFailback, wantFailover := spec.Placement != nil && spec.Placement.Failback != nil, spec.Failover != nil
-	if !wantFailback && !wantFailover || d.Phase != PhaseActive || !p.facts.MayRun() || mem.gone || mem.superseded {
+	if spec.Failover == nil && (spec.Placement == nil || spec.Placement.Failback == nil) || d.Phase != PhaseActive || !p.facts.MayRun() || mem.gone || mem.superseded {
 		return time.Time{}
 	}
 	now, term := r.Clock.Now(), p.facts.Term
@@ -132,17 +131,14 @@ func (r *BerthLeaseReconciler) place(ctx context.Context, bl *berthv1alpha1.Bert
 	if pm.token != term.Token {
 		*pm = placementMemory{token: term.Token, activeSince: now}
 	}
-	if why := r.cannotPlace(spec); why != "" && !pm.ignored {
+	// Set by failover below, for this reconcile: no failover, no limit.
+	pm.limitedNow = false
+	failback, failover, ignored := r.placeable(spec)
+	if ignored != "" && !pm.ignored {
 		pm.ignored = true
 		if r.Recorder != nil {
-			r.Recorder.Eventf(bl, nil, corev1.EventTypeWarning, ReasonPlacementIgnored, "Placement", "%s", why)
+			r.Recorder.Eventf(bl, nil, corev1.EventTypeWarning, ReasonPlacementIgnored, "Placement", "%s", ignored)
 		}
-	}
-	failback := wantFailback && r.Fleet != nil && r.ClusterIdentity != ""
-	failover := wantFailover && r.ManagedWorkloads && r.ClusterIdentity != ""
-	if !failover {
-		// Only failover keeps it current: without it nothing limits.
-		pm.limitedNow = false
 	}
 	if !failback && !failover {
 		return time.Time{}
@@ -173,21 +169,25 @@ func (r *BerthLeaseReconciler) place(ctx context.Context, bl *berthv1alpha1.Bert
 	return wake
 }
 
-// cannotPlace says what of spec's failback and failover this agent
-// ignores, and why (empty: nothing).
-func (r *BerthLeaseReconciler) cannotPlace(spec berthv1alpha1.BerthLeaseSpec) string {
-	var ignored []string
-	if spec.Placement != nil && spec.Placement.Failback != nil && (r.ClusterIdentity == "" || r.Fleet == nil) {
-		ignored = append(ignored, "spec.placement.failback is ignored: it needs the agent's --cluster-id (and its view of the fleet)")
+// placeable says whether this agent acts on spec's failback and failover,
+// and why it ignores what it does not (empty: nothing).
+func (r *BerthLeaseReconciler) placeable(spec berthv1alpha1.BerthLeaseSpec) (failback, failover bool, ignored string) {
+	var why []string
+	if spec.Placement != nil && spec.Placement.Failback != nil {
+		if failback = r.ClusterIdentity != "" && r.Fleet != nil; !failback {
+			why = append(why, "spec.placement.failback is ignored: it needs the agent's --cluster-id (and its view of the fleet)")
+		}
 	}
 	switch {
 	case spec.Failover == nil:
 	case r.ClusterIdentity == "":
-		ignored = append(ignored, "spec.failover is ignored: it needs the agent's --cluster-id")
+		why = append(why, "spec.failover is ignored: it needs the agent's --cluster-id")
 	case !r.ManagedWorkloads:
-		ignored = append(ignored, "spec.failover is ignored: it needs the agent's --managed-workloads, without which the agent does not know the Pods")
+		why = append(why, "spec.failover is ignored: it needs the agent's --managed-workloads, without which the agent does not know the Pods")
+	default:
+		failover = true
 	}
-	return strings.Join(ignored, "; ")
+	return failback, failover, strings.Join(why, "; ")
 }
 
 // placer carries one reconcile's placement decision.
@@ -211,7 +211,6 @@ func (pl *placer) failover(ctx context.Context, pm *placementMemory, running []c
 	f := pl.bl.Spec.Failover
 	unready := time.Duration(f.UnreadySeconds) * time.Second
 	since := pm.unreadySince(running, pl.now)
-	pm.limitedNow = false
 	if since.IsZero() {
 		if len(running) > 0 && pm.readySince.IsZero() {
 			pm.readySince = pl.now
@@ -371,27 +370,19 @@ func (pl *placer) limited(ctx context.Context) (bool, time.Time) {
 	if f == nil {
 		return false, time.Time{}
 	}
-	n, newest, err := pl.movesInARow(ctx, pl.now)
+	// The history shows every move: failovers, failbacks and
+	// administrators' moves, in any cluster.
+	terms, err := pl.history(ctx)
 	if err != nil {
 		pl.log.Error(err, "cannot read the lease's history to count its moves; trying again later")
 		return true, pl.retry()
 	}
+	window := failoverWindow(f)
+	n, newest := movesInARow(terms, pl.now, window)
 	if n < int(cmp.Or(f.MaxMoves, defaultMaxMoves)) {
 		return false, time.Time{}
 	}
-	return true, newest.Add(failoverWindow(f))
-}
-
-// movesInARow counts the lease's moves in a row as of at, as the history
-// shows them (failovers, failbacks and administrators' moves, in any
-// cluster), and says when the newest ended.
-func (pl *placer) movesInARow(ctx context.Context, at time.Time) (n int, newest time.Time, err error) {
-	terms, err := pl.history(ctx)
-	if err != nil {
-		return 0, time.Time{}, err
-	}
-	n, newest = movesInARow(terms, at, failoverWindow(pl.bl.Spec.Failover))
-	return n, newest, nil
+	return true, newest.Add(window)
 }
 
 // movesBefore counts the moves in a row that brought the lease to this
@@ -538,8 +529,10 @@ func (pl *placer) event(eventType, reason, note string) {
 // saw it not Ready (now, the first time; the kubelet's clock may be behind
 // the agent's). Zero when every one is Ready.
 func (pm *placementMemory) unreadySince(running []corev1.Pod, now time.Time) time.Time {
-	var since time.Time
-	seen := make(map[types.UID]time.Time)
+	var (
+		since time.Time
+		seen  map[types.UID]time.Time // allocated at the first Pod not Ready
+	)
 	for i := range running {
 		pod := &running[i]
 		if !pod.DeletionTimestamp.IsZero() {
@@ -560,6 +553,9 @@ func (pm *placementMemory) unreadySince(running []corev1.Pod, now time.Time) tim
 		first, ok := pm.notReadySeen[pod.UID]
 		if !ok {
 			first = now
+		}
+		if seen == nil {
+			seen = make(map[types.UID]time.Time)
 		}
 		seen[pod.UID] = first
 		if from = latest(from, first); since.IsZero() || from.Before(since) {
@@ -690,8 +686,8 @@ func movedAway(terms []leaseapi.Term) map[string]time.Time {
 
 // movesInARow counts the terms that ended moved in a row as of at: the
 // newest when it ended less than window before at (or after it), and each
-// older one when it ended less than window before the one after it. newest is when the
-// newest ended.
+// older one when it ended less than window before the one after it;
+// newest is when the newest ended.
 func movesInARow(terms []leaseapi.Term, at time.Time, window time.Duration) (n int, newest time.Time) {
 	var ends []time.Time
 	for _, t := range terms {

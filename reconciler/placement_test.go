@@ -335,8 +335,8 @@ func TestPlaceFailover(t *testing.T) {
 	if wake := g.place(unready); len(g.mv.moves) != 0 || !wake.IsZero() {
 		t.Fatalf("limited: moves %q, wake %s; want none, and no look but the Pods' watch", g.mv.moves, wake)
 	}
-	// The moves are counted as of when the Pods turned unready: long after
-	// they left the window, the holder still keeps the lease.
+	// The moves are counted as of the term's start: long after they left
+	// the window, the holder still keeps the lease.
 	g.clk.SetTime(t0.Add(10 * time.Minute))
 	if g.place(unready); len(g.mv.moves) != 0 {
 		t.Fatalf("limited, 10 minutes on, Pods still unready: moves %q, want none", g.mv.moves)
@@ -430,11 +430,16 @@ func limitedRig(spec berthv1alpha1.BerthLeaseSpec) *placeRig {
 func TestPlaceFailoverLimitSurvives(t *testing.T) {
 	no, yes := false, true
 	spec := berthv1alpha1.BerthLeaseSpec{Failover: &berthv1alpha1.Failover{UnreadySeconds: 5, MaxMoves: 2, WindowSeconds: 60}}
-
-	t.Run("an agent restart and new Pods, hours on", func(t *testing.T) {
+	// unreadyRig is limitedRig placed once at t0 with a Pod never Ready.
+	unreadyRig := func(spec berthv1alpha1.BerthLeaseSpec) (*placeRig, corev1.Pod) {
 		g := limitedRig(spec)
 		unready := readyPod("p", t0, &no, t0)
 		g.place(unready)
+		return g, unready
+	}
+
+	t.Run("an agent restart and new Pods, hours on", func(t *testing.T) {
+		g, unready := unreadyRig(spec)
 		g.clk.Step(5 * time.Second)
 		g.place(unready)
 		// Two hours on, the agent restarts (its memory is gone) and the
@@ -450,9 +455,7 @@ func TestPlaceFailoverLimitSurvives(t *testing.T) {
 	})
 
 	t.Run("the history is read once for the term", func(t *testing.T) {
-		g := limitedRig(spec)
-		unready := readyPod("p", t0, &no, t0)
-		g.place(unready)
+		g, unready := unreadyRig(spec)
 		for range 10 {
 			// Its Pods change (a restart, a probe): each reconciles it.
 			g.clk.Step(5 * time.Second)
@@ -495,16 +498,12 @@ func TestPlaceFailoverLimitSurvives(t *testing.T) {
 		}
 	})
 
-	// failbackRig is limitedRig with a failback to cluster a, placed once
-	// with a Pod never Ready.
+	// failbackRig is unreadyRig with a failback to cluster a.
 	failbackRig := func() (*placeRig, corev1.Pod) {
-		g := limitedRig(berthv1alpha1.BerthLeaseSpec{
+		return unreadyRig(berthv1alpha1.BerthLeaseSpec{
 			Placement: &berthv1alpha1.Placement{Preferred: []berthv1alpha1.ClusterPreference{{Cluster: "a"}}, Failback: &berthv1alpha1.Failback{StabilizationSeconds: 10}},
 			Failover:  spec.Failover,
 		})
-		unready := readyPod("p", t0, &no, t0)
-		g.place(unready)
-		return g, unready
 	}
 
 	t.Run("failback waits while limited and unready", func(t *testing.T) {

@@ -70,6 +70,16 @@ func (s *server) client(t *testing.T, subject string) *client.Client {
 	return c
 }
 
+// registered is a Go client acting as cluster id, which it registered.
+func (s *server) registered(t *testing.T, id string) *client.Client {
+	t.Helper()
+	c := s.client(t, id)
+	if _, err := c.RegisterCluster(t.Context(), id, leaseapi.ClusterRegistration{Fingerprint: "uid-" + id}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // requests counts the requests the server logged on route (a mux pattern).
 func (s *server) requests(route string) int {
 	n := 0
@@ -602,12 +612,7 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 func TestLeasesMoveAndHistory(t *testing.T) {
 	s := startServer(t)
 	ctx := t.Context()
-	east, west := s.client(t, "east"), s.client(t, "west")
-	for c, id := range map[*client.Client]string{east: "east", west: "west"} {
-		if _, err := c.RegisterCluster(ctx, id, leaseapi.ClusterRegistration{Fingerprint: "uid-" + id}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	east, west := s.registered(t, "east"), s.registered(t, "west")
 	held, err := east.Acquire(ctx, "payments", "exporter", "east", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -703,12 +708,7 @@ func TestLeasesMoveAndHistory(t *testing.T) {
 func TestLeasesMoveWait(t *testing.T) {
 	s := startServer(t)
 	ctx := t.Context()
-	east, west := s.client(t, "east"), s.client(t, "west")
-	for c, id := range map[*client.Client]string{east: "east", west: "west"} {
-		if _, err := c.RegisterCluster(ctx, id, leaseapi.ClusterRegistration{Fingerprint: "uid-" + id}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	east, west := s.registered(t, "east"), s.registered(t, "west")
 	// moveWait runs `leases move --wait` in the background, and returns once
 	// the term is moving.
 	moveWait := func(t *testing.T, args ...string) <-chan result {
@@ -731,11 +731,17 @@ func TestLeasesMoveWait(t *testing.T) {
 		}
 		return got
 	}
+	release := func(t *testing.T, c *client.Client, holder string, token int32) {
+		t.Helper()
+		if err := c.Release(ctx, "payments", "exporter", holder, token); err != nil {
+			t.Fatal(err)
+		}
+	}
 	wantSaid := func(t *testing.T, out string, want ...string) {
 		t.Helper()
 		for _, w := range want {
 			if !strings.Contains(out, w) {
-				t.Errorf("stdout %q does not say %q", out, w)
+				t.Errorf("output %q does not say %q", out, w)
 			}
 		}
 	}
@@ -751,9 +757,7 @@ func TestLeasesMoveWait(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := east.Release(ctx, "payments", "exporter", "east", held.FencingToken); err != nil {
-			t.Fatal(err)
-		}
+		release(t, east, "east", held.FencingToken)
 		time.Sleep(time.Second) // the destination's agent is about to acquire
 		next := acquire(t, west, "west")
 		r := <-done
@@ -763,30 +767,22 @@ func TestLeasesMoveWait(t *testing.T) {
 		if n := strings.Count(r.stdout, "stops its Pods, then"); n != 1 {
 			t.Errorf("stdout says the holder stops its Pods %d times, want once: a renewal is no new stage", n)
 		}
-		if err := west.Release(ctx, "payments", "exporter", "west", next.FencingToken); err != nil {
-			t.Fatal(err)
-		}
+		release(t, west, "west", next.FencingToken)
 	})
 	t.Run("holders within clusters: the destination cluster takes the lease", func(t *testing.T) {
 		held := acquire(t, east, "east/billing")
 		done := moveWait(t, "--to", "west")
-		if err := east.Release(ctx, "payments", "exporter", "east/billing", held.FencingToken); err != nil {
-			t.Fatal(err)
-		}
+		release(t, east, "east/billing", held.FencingToken)
 		next := acquire(t, west, "west/billing")
 		r := <-done
 		wantCode(t, r, 0)
 		wantSaid(t, r.stdout, fmt.Sprintf("handed over: west/billing holds it with fencing token %d", next.FencingToken))
-		if err := west.Release(ctx, "payments", "exporter", "west/billing", next.FencingToken); err != nil {
-			t.Fatal(err)
-		}
+		release(t, west, "west/billing", next.FencingToken)
 	})
 	t.Run("another cluster takes it once the reservation ran out: exit 6", func(t *testing.T) {
 		held := acquire(t, east, "east")
 		done := moveWait(t, "--to", "west")
-		if err := east.Release(ctx, "payments", "exporter", "east", held.FencingToken); err != nil {
-			t.Fatal(err)
-		}
+		release(t, east, "east", held.FencingToken)
 		// West never takes it; east does, once the reservation ran out.
 		var back client.AcquireResult
 		poll.For(t, 15*time.Second, "east takes the lease back", func() bool {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/berthfleet/berth/leaseapi"
 	"github.com/berthfleet/berth/leaseapi/store"
 )
 
@@ -122,7 +123,7 @@ func Admits(r store.Reservation, holder string, now time.Time) bool {
 	if !now.Before(r.Until) {
 		return true
 	}
-	switch c := ClusterOf(holder); {
+	switch c := leaseapi.HolderCluster(holder); {
 	case r.For != "":
 		return c == r.For
 	case r.Except != "":
@@ -209,7 +210,7 @@ func DecideMove(cur store.Lease, holder string, token int32, to string, now time
 		return DecideRevoke(cur, holder, token, now)
 	}
 	switch {
-	case to != "" && to == ClusterOf(holder):
+	case to != "" && to == leaseapi.HolderCluster(holder):
 		return Decision{Next: cur, Outcome: OutcomeConflict}, fmt.Errorf("%w: %s is the holder's own cluster", ErrMoveTarget, to)
 	case cur.Moving && (to == "" || to == cur.MoveTo):
 		return Decision{Next: cur, Outcome: OutcomeMoved}, nil
@@ -311,7 +312,7 @@ func reservationAfter(cur store.Lease, at time.Time) store.Reservation {
 	if cur.MoveTo != "" {
 		r.For = cur.MoveTo
 	} else {
-		r.Except = ClusterOf(cur.Holder)
+		r.Except = leaseapi.HolderCluster(cur.Holder)
 	}
 	return r
 }

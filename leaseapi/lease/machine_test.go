@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/berthfleet/berth/leaseapi"
 	"github.com/berthfleet/berth/leaseapi/store"
 )
 
@@ -731,7 +732,7 @@ func reservationOf(cur store.Lease, movedToken int32, movedTo string, endedAt ti
 	if movedTo != "" {
 		r.For = movedTo
 	} else {
-		r.Except = ClusterOf(cur.Holder)
+		r.Except = leaseapi.HolderCluster(cur.Holder)
 	}
 	return r
 }
@@ -941,7 +942,7 @@ func FuzzMachine(f *testing.F) {
 			if op == 6 && err == nil && own && (!next.Revoked || !next.Moving) {
 				step("move left the live term unrevoked or not moving")
 			}
-			if op == 6 && own && to != "" && to == ClusterOf(holder) && err == nil {
+			if op == 6 && own && to != "" && to == leaseapi.HolderCluster(holder) && err == nil {
 				step("a term moved to its own cluster")
 			}
 			if cur.Moving && cur.MoveTo != "" && next.FencingToken == cur.FencingToken && next.Holder != "" && next.MoveTo != cur.MoveTo {
@@ -970,7 +971,7 @@ func FuzzMachine(f *testing.F) {
 				effective = reservationOf(cur, movedToken, movedTo, cur.ExpiresAt)
 			}
 			if d.Outcome == OutcomeAcquired && now.Before(effective.Until) {
-				c := ClusterOf(holder)
+				c := leaseapi.HolderCluster(holder)
 				if (effective.For != "" && c != effective.For) || (effective.Except != "" && c == effective.Except) {
 					step("granted to %q against reservation %+v", holder, effective)
 				}

@@ -532,17 +532,13 @@ func compareAndSwap[T any](
 	return fmt.Errorf("gave up after %d attempts: %w", casAttempts, store.ErrConflict)
 }
 
-// ClusterOf is the cluster a holder identity belongs to: the holder up to its
-// first "/" (a cluster acts as "<id>" or "<id>/...").
-func ClusterOf(holder string) string { return leaseapi.HolderCluster(holder) }
-
 func (s *Service) checkNotCordoned(ctx context.Context, holder string) error {
-	c, err := s.store.GetCluster(ctx, ClusterOf(holder))
+	c, err := s.store.GetCluster(ctx, leaseapi.HolderCluster(holder))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil
 	case err != nil:
-		return fmt.Errorf("get cluster %s: %w", ClusterOf(holder), err)
+		return fmt.Errorf("get cluster %s: %w", leaseapi.HolderCluster(holder), err)
 	case c.Cordoned:
 		return fmt.Errorf("%w: %s may not acquire leases until uncordoned", ErrCordoned, c.ID)
 	}
@@ -635,7 +631,7 @@ func (s *Service) Clusters(ctx context.Context) ([]ClusterStatus, error) {
 	held := map[string]int{}
 	err = s.eachLease(ctx, func(l store.Lease) error {
 		if l.Held(now) {
-			held[ClusterOf(l.Holder)]++
+			held[leaseapi.HolderCluster(l.Holder)]++
 		}
 		return nil
 	})

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 
 	"github.com/berthfleet/berth/leaseapi"
-	"github.com/berthfleet/berth/leaseapi/lease"
 	"github.com/berthfleet/berth/leaseapi/satoken"
 )
 
@@ -49,7 +48,7 @@ func (p Principal) mayHold(holder string) bool {
 // in holder's cluster whose token was verified for key.
 func (p Principal) mayConfirm(key leaseapi.Key, holder string) bool {
 	if sa := p.ServiceAccount; sa != nil {
-		return sa.Lease == key && sa.Namespace == key.Namespace && sa.Cluster == lease.ClusterOf(holder)
+		return sa.Lease == key && sa.Namespace == key.Namespace && sa.Cluster == leaseapi.HolderCluster(holder)
 	}
 	return p.Admin || p.mayHold(holder)
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/berthfleet/berth/leaseapi"
-	"github.com/berthfleet/berth/leaseapi/lease"
 )
 
 // confirm answers GET .../leases/{name}/confirmation?holder=&fencingToken=:
@@ -56,5 +55,5 @@ func confirmationQuery(r *http.Request) (leaseapi.Key, string, int32, error) {
 // holder's cluster.
 func confirmationScope(r *http.Request) (string, leaseapi.Key, error) {
 	key, holder, _, err := confirmationQuery(r)
-	return lease.ClusterOf(holder), key, err
+	return leaseapi.HolderCluster(holder), key, err
 }

@@ -423,7 +423,7 @@ func wireMove(l store.Lease) *leaseapi.Move {
 	if !l.Moving || l.Holder == "" {
 		return nil
 	}
-	return &leaseapi.Move{From: lease.ClusterOf(l.Holder), To: l.MoveTo}
+	return &leaseapi.Move{From: leaseapi.HolderCluster(l.Holder), To: l.MoveTo}
 }
 
 func wireReservation(r store.Reservation) leaseapi.Reservation {

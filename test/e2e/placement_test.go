@@ -545,16 +545,8 @@ func (p *placementRun) awaitHealthy(t *testing.T, cluster string, healthy bool, 
 // applying a new revision would.
 func (p *placementRun) setSpec(t *testing.T, change func(*berthv1alpha1.BerthLeaseSpec)) {
 	t.Helper()
-	for _, m := range p.Members {
-		bl := m.BerthLease(t.Context())
-		if bl.Name == "" {
-			t.Fatalf("%s: no BerthLease %s", m.Name, workload.Name)
-		}
-		patch := ctrlclient.MergeFrom(bl.DeepCopy())
-		change(&bl.Spec)
-		if err := m.Client.Patch(t.Context(), &bl, patch); err != nil {
-			t.Fatalf("%s: patch the BerthLease's spec: %v", m.Name, err)
-		}
+	if err := p.SetSpec(t.Context(), change); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -568,15 +560,11 @@ func (p *placementRun) awaitEvent(t *testing.T, cluster, eventType, reason strin
 	m := p.Member(cluster)
 	var found, series *corev1.Event
 	_, err := poll.Until(t.Context(), 20*time.Second, "", func(ctx context.Context) (bool, error) {
-		events := &corev1.EventList{}
-		if err := m.Client.List(ctx, events, ctrlclient.InNamespace(workload.Namespace)); err != nil {
+		events, err := berthLeaseEvents(ctx, m, reason)
+		if err != nil {
 			return false, nil
 		}
-		for i := range events.Items {
-			e := &events.Items[i]
-			if e.Reason != reason || e.InvolvedObject.Kind != "BerthLease" || e.InvolvedObject.Name != workload.Name {
-				continue
-			}
+		for _, e := range events {
 			if e.Series != nil && e.Series.Count >= 2 {
 				series = e
 			}
@@ -607,16 +595,31 @@ func (p *placementRun) awaitEvent(t *testing.T, cluster, eventType, reason strin
 // on the BerthLease since then.
 func (p *placementRun) noEvent(t *testing.T, cluster, reason string, since time.Time) {
 	t.Helper()
-	events := &corev1.EventList{}
-	if err := p.Member(cluster).Client.List(t.Context(), events, ctrlclient.InNamespace(workload.Namespace)); err != nil {
+	events, err := berthLeaseEvents(t.Context(), p.Member(cluster), reason)
+	if err != nil {
 		t.Fatalf("listing %s's Events: %v", cluster, err)
 	}
-	for i := range events.Items {
-		e := &events.Items[i]
-		if e.Reason == reason && e.InvolvedObject.Kind == "BerthLease" && e.InvolvedObject.Name == workload.Name && !eventTime(e).Before(since.Truncate(time.Second)) {
+	for _, e := range events {
+		if !eventTime(e).Before(since.Truncate(time.Second)) {
 			t.Errorf("%s: %s Event %s at %s: %s", cluster, e.Type, reason, eventTime(e).Format("15:04:05.000"), e.Message)
 		}
 	}
+}
+
+// berthLeaseEvents lists the Events with reason on m's BerthLease.
+func berthLeaseEvents(ctx context.Context, m *localfleet.Member, reason string) ([]*corev1.Event, error) {
+	events := &corev1.EventList{}
+	if err := m.Client.List(ctx, events, ctrlclient.InNamespace(workload.Namespace)); err != nil {
+		return nil, err
+	}
+	var out []*corev1.Event
+	for i := range events.Items {
+		e := &events.Items[i]
+		if e.Reason == reason && e.InvolvedObject.Kind == "BerthLease" && e.InvolvedObject.Name == workload.Name {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // eventTime is when an Event was last observed: its series' last

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	leaseclient "github.com/berthfleet/berth/leaseapi/client"
 	"github.com/berthfleet/berth/leaseapi/leaseapitest"
 	"github.com/berthfleet/berth/test/freeport"
@@ -176,6 +177,17 @@ func (f *Fleet) Member(name string) *Member {
 	for _, m := range f.Members {
 		if m.Name == name {
 			return m
+		}
+	}
+	return nil
+}
+
+// SetSpec changes the spec of the workload's BerthLease in every cluster,
+// as a GitOps tool applying a new revision would.
+func (f *Fleet) SetSpec(ctx context.Context, change func(*berthv1alpha1.BerthLeaseSpec)) error {
+	for _, m := range f.Members {
+		if err := m.SetSpec(ctx, change); err != nil {
+			return err
 		}
 	}
 	return nil

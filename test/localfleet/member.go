@@ -208,6 +208,22 @@ func (m *Member) BerthLease(ctx context.Context) berthv1alpha1.BerthLease {
 	return bl
 }
 
+// SetSpec changes the spec of the workload's BerthLease in the member's
+// cluster.
+func (m *Member) SetSpec(ctx context.Context, change func(*berthv1alpha1.BerthLeaseSpec)) error {
+	w := m.fleet.opts.Workload
+	bl := berthv1alpha1.BerthLease{}
+	if err := m.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: w.Namespace, Name: w.Name}, &bl); err != nil {
+		return fmt.Errorf("%s: get BerthLease %s: %w", m.Name, w.Name, err)
+	}
+	patch := ctrlclient.MergeFrom(bl.DeepCopy())
+	change(&bl.Spec)
+	if err := m.Client.Patch(ctx, &bl, patch); err != nil {
+		return fmt.Errorf("%s: patch the BerthLease's spec: %w", m.Name, err)
+	}
+	return nil
+}
+
 // StartAgent runs berth-agent for this cluster as clusterID (normally the
 // member's own name; another id simulates a misconfigured agent).
 func (m *Member) StartAgent(clusterID string) error {

@@ -11,11 +11,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
-	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
-
 	"github.com/berthfleet/berth/test/binaries"
 	"github.com/berthfleet/berth/test/freeport"
 	"github.com/berthfleet/berth/test/localfleet"
@@ -180,16 +178,14 @@ func startFleet(t *testing.T) *localfleet.Fleet {
 // shortest failback window.
 func prefer(t *testing.T, f *localfleet.Fleet, cluster string) {
 	t.Helper()
-	for _, m := range f.Members {
-		bl := m.BerthLease(t.Context())
-		patch := ctrlclient.MergeFrom(bl.DeepCopy())
-		bl.Spec.Placement = &berthv1alpha1.Placement{
+	err := f.SetSpec(t.Context(), func(s *berthv1alpha1.BerthLeaseSpec) {
+		s.Placement = &berthv1alpha1.Placement{
 			Preferred: []berthv1alpha1.ClusterPreference{{Cluster: cluster}},
 			Failback:  &berthv1alpha1.Failback{StabilizationSeconds: 5},
 		}
-		if err := m.Client.Patch(t.Context(), &bl, patch); err != nil {
-			t.Fatalf("%s: set the placement: %v", m.Name, err)
-		}
+	})
+	if err != nil {
+		t.Fatalf("set the placement: %v", err)
 	}
 }
 
