@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -410,15 +411,22 @@ func checkHealthy(t *testing.T, r *run, holder, cordoned string, checks []gitops
 			name string
 			lua  string
 		}{{deploymentGVK, reports, "deployment.lua"}, {statefulSetGVK, ledger, "statefulset.lua"}} {
-			var obj *unstructured.Unstructured
-			poll.For(t, 30*time.Second, m.Name+"'s "+w.gvk.Kind+" is healthy to Argo CD and Flux", func() bool {
+			// A new holder's workload rolls out first (Pods ungated,
+			// scheduled, available): on a busy machine that can take a while.
+			var (
+				obj        *unstructured.Unstructured
+				argo, flux gitops.Health
+				named      string
+			)
+			what := m.Name + "'s " + w.gvk.Kind + " is healthy to Argo CD and Flux"
+			if _, err := poll.Until(t.Context(), time.Minute, what, func(context.Context) (bool, error) {
 				obj = object(t, m, w.gvk, w.name)
-				argo := must(gitops.ArgoCD(argoHealth(w.lua), obj))
-				flux := must(gitops.Flux(checks, obj))
-				named := obj.GetAnnotations()[berthv1alpha1.HolderAnnotation]
-				return argo.Status == "Healthy" && flux.Status == "Current" && (named == holder || (m.Name == cordoned && named == ""))
-			})
-			argo := must(gitops.ArgoCD(argoHealth(w.lua), obj))
+				argo, flux = must(gitops.ArgoCD(argoHealth(w.lua), obj)), must(gitops.Flux(checks, obj))
+				named = obj.GetAnnotations()[berthv1alpha1.HolderAnnotation]
+				return argo.Status == "Healthy" && flux.Status == "Current" && (named == holder || (m.Name == cordoned && named == "")), nil
+			}); err != nil {
+				t.Fatalf("%v; last seen: Argo CD %s, Flux %s, holder annotation %q (want %q)", err, argo, flux, named, holder)
+			}
 			ks := must(gitops.Kstatus(obj))
 			state := obj.GetAnnotations()[berthv1alpha1.LeaseStateAnnotation]
 			t.Logf("%s: %s %s: lease-state %s; Argo CD %s; kstatus alone %s", m.Name, w.gvk.Kind, w.name, state, argo, ks)
