@@ -86,17 +86,30 @@ lint: $(TOOLS_BIN)/golangci-lint ## Check formatting (gofmt) and run golangci-li
 
 ##@ Testing
 
+# `make test`'s stages, in order. hack/test-stages.sh runs them, stops at the first that
+# fails, and ends with the time each took (every Go package or fuzz target over 30 s on a
+# line of its own), also written to bin/test-times.md; the whole log is bin/test.log.
+TEST_STAGES := check-files tools build vet lint verify-gen test-go-product \
+	$(addprefix test-module-,$(TEST_MODULES)) fuzz
+
 .PHONY: test
-test: check-files tools build vet lint verify-gen test-go fuzz ## Run every test and check: tracked files, lint, generated files, unit, integration, fuzz smoke, process and end-to-end.
+test: ## Run every test and check: tracked files, lint, generated files, unit, integration, fuzz smoke, process and end-to-end; then print where the time went.
+	@MAKE="$(MAKE)" BIN="$(BIN)" hack/test-stages.sh $(TEST_STAGES)
 
 .PHONY: check-files
 check-files: ## Fail when git tracks a build output (an executable binary, or a file over 1 MiB).
 	./hack/check-tracked-files.sh
 
 .PHONY: test-go
-test-go: ## Run the Go tests (needs `make tools` for the suites on real clusters).
+test-go: test-go-product $(addprefix test-module-,$(TEST_MODULES)) ## Run the Go tests of every module (needs `make tools` for the suites on real clusters).
+
+.PHONY: test-go-product
+test-go-product: ## Run the Go tests of the product's module.
 	$(GO) test -count=1 -timeout 25m ./...
-	@set -e; for m in $(TEST_MODULES); do echo "go test $$m"; (cd $$m && $(GO) test -count=1 -timeout 25m ./...); done
+
+.PHONY: $(addprefix test-module-,$(TEST_MODULES))
+$(addprefix test-module-,$(TEST_MODULES)): test-module-%:
+	cd $* && $(GO) test -count=1 -timeout 25m ./...
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME executions (default 50000x).

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -425,6 +426,7 @@ func checkHealthy(t *testing.T, r *run, holder, cordoned string, checks []gitops
 				named = obj.GetAnnotations()[berthv1alpha1.HolderAnnotation]
 				return argo.Status == "Healthy" && flux.Status == "Current" && (named == holder || (m.Name == cordoned && named == "")), nil
 			}); err != nil {
+				logRollout(t, m)
 				t.Fatalf("%v; last seen: Argo CD %s, Flux %s, holder annotation %q (want %q)", err, argo, flux, named, holder)
 			}
 			ks := must(gitops.Kstatus(obj))
@@ -443,6 +445,57 @@ func checkHealthy(t *testing.T, r *run, holder, cordoned string, checks []gitops
 			}
 			if mgr := annotationManager(obj, berthv1alpha1.LeaseStateAnnotation); mgr != "berth-agent" {
 				t.Errorf("%s: %s's annotation %s is owned by field manager %q, want berth-agent (deploy/gitops/argocd ignores its fields)", m.Name, w.gvk.Kind, berthv1alpha1.LeaseStateAnnotation, mgr)
+			}
+		}
+	}
+}
+
+// logRollout logs the evidence for a workload that does not become healthy: the
+// Deployment's, ReplicaSets' and StatefulSet's status, every Pod's timeline and
+// what the controller manager, the scheduler and kwok said about the namespace.
+func logRollout(t *testing.T, m *localfleet.Member) {
+	t.Helper()
+	ctx := t.Context()
+	ns := ctrlclient.InNamespace(gitopsNamespace)
+	deploys, sets, sts, pods := &appsv1.DeploymentList{}, &appsv1.ReplicaSetList{}, &appsv1.StatefulSetList{}, &corev1.PodList{}
+	for _, l := range []ctrlclient.ObjectList{deploys, sets, sts, pods} {
+		if err := m.Client.List(ctx, l, ns); err != nil {
+			t.Logf("%s: list %T: %v", m.Name, l, err)
+		}
+	}
+	for _, d := range deploys.Items {
+		t.Logf("%s: Deployment %s generation %d: status %+v", m.Name, d.Name, d.Generation, d.Status)
+	}
+	for _, rs := range sets.Items {
+		t.Logf("%s: ReplicaSet %s generation %d, spec.replicas %d: status %+v", m.Name, rs.Name, rs.Generation, ptr.Deref(rs.Spec.Replicas, 0), rs.Status)
+	}
+	for _, s := range sts.Items {
+		t.Logf("%s: StatefulSet %s generation %d: status %+v", m.Name, s.Name, s.Generation, s.Status)
+	}
+	for _, p := range pods.Items {
+		t.Logf("%s: Pod %s created %s deleted %v node %q gates %v phase %s conditions %+v", m.Name, p.Name,
+			p.CreationTimestamp.Format(time.StampMilli), p.DeletionTimestamp, p.Spec.NodeName, p.Spec.SchedulingGates, p.Status.Phase, p.Status.Conditions)
+	}
+	events := &corev1.EventList{}
+	if err := m.Client.List(ctx, events, ns); err != nil {
+		t.Logf("%s: list Events: %v", m.Name, err)
+	}
+	for _, e := range events.Items {
+		t.Logf("%s: Event %s %s/%s %s: %s (x%d, last %s)", m.Name, e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, e.Count, e.LastTimestamp.Format(time.StampMilli))
+	}
+	for _, component := range []string{"kube-controller-manager", "kube-scheduler", "kwok"} {
+		f := m.Cluster.LogFile(component)
+		if f == "" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Logf("%s: %v", m.Name, err)
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, gitopsNamespace+"/") || strings.Contains(line, `"`+gitopsNamespace+`"`) {
+				t.Logf("%s: %s: %s", m.Name, component, line)
 			}
 		}
 	}

@@ -207,3 +207,12 @@ func (c *Cluster) Signal(component string, sig syscall.Signal) error {
 	}
 	return fmt.Errorf("cluster %s: no running %s", c.Name, component)
 }
+
+// LogFile is the log file of the cluster's component process (as named for Signal), or ""
+// for a cluster kubeenv did not start.
+func (c *Cluster) LogFile(component string) string {
+	if c.plane == nil {
+		return ""
+	}
+	return c.plane.layout.log(component)
+}
