@@ -60,6 +60,8 @@ type Members struct {
 	// ManagedWorkloads and OperatorNamespace are each member reconciler's.
 	ManagedWorkloads  bool
 	OperatorNamespace string
+	// LeadingUntil is each member reconciler's (reconciler.BerthLeaseReconciler).
+	LeadingUntil func() time.Time
 	// AgentVersion is registered with each cluster.
 	AgentVersion string
 	// HeartbeatInterval paces each cluster's registration
@@ -170,6 +172,7 @@ func (f *Members) Engage(ctx context.Context, name multicluster.ClusterName, cl 
 		ClusterIdentity:   id,
 		ManagedWorkloads:  f.ManagedWorkloads,
 		OperatorNamespace: f.OperatorNamespace,
+		LeadingUntil:      f.LeadingUntil,
 		Clock:             f.Clock,
 		Membership:        m.membership,
 		Fleet:             f.Fleet,

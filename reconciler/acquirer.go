@@ -106,6 +106,11 @@ func (r *BerthLeaseReconciler) acquireFor(ctx context.Context, m *memory) {
 			return // cordoned, refused or leaving: the reconcile yields
 		}
 	}
+	ctx, stop, leading := r.whileLeading(ctx)
+	defer stop()
+	if !leading {
+		return
+	}
 	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
 	req := request{call: CallAcquire, holder: spec.holder, ttl: spec.ttl, heartbeat: spec.heartbeat, sent: r.Clock.Now()}

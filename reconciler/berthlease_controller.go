@@ -127,6 +127,14 @@ type BerthLeaseReconciler struct {
 	// (DefaultConcurrentReconciles).
 	ConcurrentReconciles int
 
+	// LeadingUntil, when set, is the instant (on Clock) before which this
+	// process is certainly the only replica of its cluster's agent that
+	// acts (the leader election's, cmd/berth-agent); zero when it is not.
+	// Nothing is done outside it: no lease API call, no Pod ungated or
+	// stopped, no status written (see leading.go). Nil: the process is
+	// alone.
+	LeadingUntil func() time.Time
+
 	// moveUnsupported: the lease API answered that it has no moves (an
 	// earlier release); placement is off.
 	moveUnsupported atomic.Bool
@@ -324,6 +332,12 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	r.defaults()
 	log := r.Log.WithValues("berthLease", req.NamespacedName)
 	ctx = logr.NewContext(ctx, log)
+	ctx, cancel, ok := r.whileLeading(ctx)
+	if !ok {
+		log.Info("not certainly the leader: acting on nothing until leadership is renewed or this process ends")
+		return ctrl.Result{RequeueAfter: leadershipRetry}, nil
+	}
+	defer cancel()
 
 	bl := &berthv1alpha1.BerthLease{}
 	if err := r.Get(ctx, req.NamespacedName, bl); err != nil {

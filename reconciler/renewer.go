@@ -218,6 +218,11 @@ func (r *BerthLeaseReconciler) renewDue(ctx context.Context, br BatchRenewer, lo
 	if !anyDue {
 		return next
 	}
+	ctx, cancel, leading := r.whileLeading(ctx)
+	defer cancel()
+	if !leading {
+		return r.Clock.Now().Add(leadershipRetry)
+	}
 	byHolder := map[string][]dueTerm{}
 	for _, t := range append(due, early...) {
 		byHolder[t.spec.holder] = append(byHolder[t.spec.holder], t)

@@ -59,7 +59,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 			return fmt.Errorf("make a folder for the webhook certificates: %w", err)
 		}
 	}
-	mgr, err := newManager(cfg, scheme, o)
+	mgr, leading, err := newManager(cfg, scheme, o)
 	if err != nil {
 		return err
 	}
@@ -71,6 +71,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		ManagedWorkloads:     o.managedWorkloads,
 		OperatorNamespace:    o.operatorNamespace,
 		ConcurrentReconciles: o.concurrentReconciles,
+		LeadingUntil:         leading,
 	}
 	var (
 		registrar *fleet.Registrar
@@ -206,31 +207,51 @@ func managedCache() (cache.Options, error) {
 	return cache.Options{ByObject: byObject}, nil
 }
 
-func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manager, error) {
+func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manager, func() time.Time, error) {
 	cacheOpts, err := managedCache()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	opts := ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: o.metricsBindAddress},
-		HealthProbeBindAddress:  o.healthProbeBindAddress,
-		LeaderElection:          o.leaderElect,
-		LeaderElectionID:        "berth-agent.berth.skaphos.io",
-		LeaderElectionNamespace: o.operatorNamespace,
-		// A new leader must not act while the old one may still: the
-		// reconciler's own self-fencing bounds what a deposed leader does.
-		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOpts,
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: o.metricsBindAddress},
+		HealthProbeBindAddress: o.healthProbeBindAddress,
+		Cache:                  cacheOpts,
+	}
+	leading, err := o.election(cfg, &opts, "berth-agent.berth.skaphos.io")
+	if err != nil {
+		return nil, nil, err
 	}
 	if o.managedWorkloads {
 		opts.WebhookServer = webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir})
 	}
 	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
-		return nil, fmt.Errorf("create manager: %w", err)
+		return nil, nil, fmt.Errorf("create manager: %w", err)
 	}
-	return mgr, nil
+	return mgr, leading, nil
+}
+
+// election sets up the leader election among the agent's replicas, when asked for, on
+// the lock named id in the operator namespace, and returns how long this process is
+// certainly the leader (leadership.Until; nil without an election: it is alone). A
+// replica that stops, whatever the reason, hands leadership over at once
+// (LeaderElectionReleaseOnCancel): the reconciler acts only within that certainty, so
+// no two replicas act at once.
+func (o options) election(cfg *rest.Config, opts *ctrl.Options, id string) (func() time.Time, error) {
+	if !o.leaderElect {
+		return nil, nil
+	}
+	l, err := newLeadership(cfg, o.operatorNamespace, id)
+	if err != nil {
+		return nil, err
+	}
+	leaseDuration, renewDeadline, retryPeriod := electionLeaseDuration, electionRenewDeadline, electionRetryPeriod
+	opts.LeaderElection = true
+	opts.LeaderElectionResourceLockInterface = l
+	opts.LeaderElectionReleaseOnCancel = true
+	opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &leaseDuration, &renewDeadline, &retryPeriod
+	return l.Until, nil
 }
 
 // setupAdmission serves the WorkloadAdmission webhooks. Only the agent's own
@@ -339,15 +360,16 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 		co.Cache = cacheOpts
 	})
 	dir.ConfigureREST = o.rateLimit
-	mgr, err := mcmanager.New(host, dir, mcmanager.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsBindAddress},
-		HealthProbeBindAddress:        o.healthProbeBindAddress,
-		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              "berth-agent-fleet.berth.skaphos.io",
-		LeaderElectionNamespace:       o.operatorNamespace,
-		LeaderElectionReleaseOnCancel: true,
-	})
+	mopts := mcmanager.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: o.metricsBindAddress},
+		HealthProbeBindAddress: o.healthProbeBindAddress,
+	}
+	leading, err := o.election(host, &mopts, "berth-agent-fleet.berth.skaphos.io")
+	if err != nil {
+		return err
+	}
+	mgr, err := mcmanager.New(host, dir, mopts)
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
@@ -368,7 +390,7 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 		AgentVersion:         version,
 		HeartbeatInterval:    o.heartbeatInterval,
 		ConcurrentReconciles: o.concurrentReconciles,
-		Labels:               func(id string) map[string]string { return clusterLabels(o, id, log) },
+		LeadingUntil:         leading,
 		Fleet:                view,
 		Log:                  log,
 	}
