@@ -334,7 +334,7 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	ctx = logr.NewContext(ctx, log)
 	ctx, cancel, ok := r.whileLeading(ctx)
 	if !ok {
-		log.Info("not certainly the leader: acting on nothing until leadership is renewed or this process ends")
+		log.V(1).Info("not certainly the leader: acting on nothing until leadership is renewed or this process ends")
 		return ctrl.Result{RequeueAfter: leadershipRetry}, nil
 	}
 	defer cancel()

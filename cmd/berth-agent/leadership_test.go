@@ -16,7 +16,6 @@ type recordLock struct {
 	id       string
 	rec      resourcelock.LeaderElectionRecord
 	writeErr error
-	writes   int
 }
 
 func (l *recordLock) Get(context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
@@ -30,7 +29,6 @@ func (l *recordLock) Update(_ context.Context, r resourcelock.LeaderElectionReco
 	return l.put(r)
 }
 func (l *recordLock) put(r resourcelock.LeaderElectionRecord) error {
-	l.writes++
 	if l.writeErr != nil {
 		return l.writeErr
 	}

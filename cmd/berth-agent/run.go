@@ -391,6 +391,7 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 		HeartbeatInterval:    o.heartbeatInterval,
 		ConcurrentReconciles: o.concurrentReconciles,
 		LeadingUntil:         leading,
+		Labels:               func(id string) map[string]string { return clusterLabels(o, id, log) },
 		Fleet:                view,
 		Log:                  log,
 	}
