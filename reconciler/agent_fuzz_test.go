@@ -28,7 +28,8 @@ import (
 // request, a store failure, a request delayed past the local deadline (the
 // call is cut there, the request still lands later), an administrator's
 // revocation, expiry sweeps, a restart of the lease API (grace), an agent
-// restart that forgets everything and recovers from status, status writes
+// restart that forgets everything and recovers from status, a process
+// frozen past its local deadline that runs on with stale memory, status writes
 // that fail, Pods that cannot be listed, Pods that take up to their grace
 // period to stop, cordons. The other agent competes for the lease, so a
 // term that ends is taken over.
@@ -97,6 +98,8 @@ func FuzzAgent(f *testing.F) {
 		0xd0, 0xdd, 0x24, 0x0, 0x0, 0x48, 0xff, 0x7}) // a restart with a batch in flight
 	f.Add([]byte{0x1f, 0x0, 0x0, 0x27, 0xe9, 0x0, 0xca, 0x28, 0x21, 0xf, 0xf4, 0x31, 0xe6, 0x74, 0xb6, 0x0,
 		0x0, 0x65, 0xe0, 0x0, 0x0, 0xd0, 0x0, 0x1, 0x56, 0x0, 0x1e, 0x0, 0xd2, 0x0}) // a release sent while a batch is in flight
+	f.Add([]byte{0x18, 0x0, 0x28, 0xc, 0x8c, 0x0, 0x34, 0x0, 0x24, 0x0, 0x4d, 0x0, 0x30, 0x0, 0x1c, 0x0, 0x34}) // the holder frozen, revoked meanwhile
+	f.Add([]byte{0x18, 0x0, 0x28, 0x0, 0x26, 0x0, 0x1d, 0x0, 0x37, 0x0, 0x35, 0xc, 0x23, 0x0, 0x3c, 0x0, 0x34}) // a process frozen, running on with stale memory
 	f.Fuzz(func(t *testing.T, program []byte) {
 		if len(program) == 0 {
 			return
@@ -189,6 +192,8 @@ type simAgent struct {
 	cordoned bool
 	pod      simPod
 	killAt   time.Time
+	// frozenUntil: the process is stopped (SIGSTOP) until then.
+	frozenUntil time.Time
 	// podToken is the token written on the running Pod.
 	podToken int32
 	// wake: the agent reconciles by then (when no call is in flight); zero
@@ -370,7 +375,7 @@ func (s *fleetSim) run() {
 		case 0, 1, 2, 9, 10, 11:
 			s.advance(s.now.Add(time.Duration(s.src.next()) * s.ttl / 64))
 		case 3:
-			if s.agents[who].pending == nil {
+			if s.agents[who].pending == nil && !s.now.Before(s.agents[who].frozenUntil) {
 				s.note(func() string { return fmt.Sprintf("%s: woken early", s.agents[who].holder) })
 				s.reconcile(who)
 			}
@@ -386,6 +391,8 @@ func (s *fleetSim) run() {
 			a := s.agents[who]
 			a.cordoned = !a.cordoned
 			s.note(func() string { return fmt.Sprintf("%s: cordoned %v", a.holder, a.cordoned) })
+		case 12:
+			s.freeze(who, s.src.next())
 		}
 	}
 	// Heal: no more faults, no cordons; someone must run within a few TTLs.
@@ -449,17 +456,19 @@ func (s *fleetSim) nextEvent() (time.Time, int, int) {
 	}
 	for i, a := range s.agents {
 		if a.pod == podStopping {
-			consider(a.killAt, evKill, i)
+			consider(a.killAt, evKill, i) // the kubelet's, not the agent's
 		}
+		// A frozen process does nothing, and learns nothing, until it resumes.
+		process := func(t time.Time, k int) { consider(latest(t, a.frozenUntil), k, i) }
 		if rn := a.renewer; rn != nil && rn.batch != nil {
-			consider(rn.batch.answerAt, evBatchAnswer, i)
+			process(rn.batch.answerAt, evBatchAnswer)
 		} else if rn != nil {
-			consider(rn.next, evLook, i)
+			process(rn.next, evLook)
 		}
 		if a.pending != nil {
-			consider(a.pending.answerAt, evAnswer, i)
+			process(a.pending.answerAt, evAnswer)
 		} else if !a.wake.IsZero() {
-			consider(a.wake, evWake, i)
+			process(a.wake, evWake)
 		}
 	}
 	for i, c := range s.inflight {
@@ -980,12 +989,35 @@ func (s *fleetSim) noteValid(a *simAgent) {
 	}
 }
 
+// freeze stops the agent's process (SIGSTOP, a stalled node): until it
+// resumes it neither reconciles nor looks nor learns an answer, and then runs
+// on with the memory it had. Its requests in flight still land and its Pod
+// runs on. It resumes in the second half of the longest freeze it may take:
+// one that leaves its Pod, stopped at once, gone within the stop budget after
+// the last local deadline its memory gave the Pod's token, so mostly past that
+// deadline, while the lease API still holds the term (longer is the
+// documented limit). Without a Pod that may run it is frozen up to a TTL.
+func (s *fleetSim) freeze(i int, b byte) {
+	a := s.agents[i]
+	limit := s.now.Add(s.ttl)
+	if a.pod == podRunning {
+		grace := time.Duration(podGracePeriod(s.ttl, nil)) * time.Second
+		limit = earliest(limit, a.validUntil[a.podToken].Add(StopBudget(s.ttl)-grace-time.Millisecond))
+	}
+	if !limit.After(s.now) {
+		return
+	}
+	a.frozenUntil = s.now.Add(limit.Sub(s.now) * time.Duration(128+int(b)/2) / 255)
+	s.note(func() string { return fmt.Sprintf("%s: frozen until +%v", a.holder, a.frozenUntil.Sub(t0)) })
+}
+
 // restartAgent restarts an agent: it forgets everything but status. The
 // new process looks by when the old one would have. Its requests in flight
 // still land at the lease API (a release among them may free the term
 // after the new process renewed it, unless status recorded it: recordRelease).
 func (s *fleetSim) restartAgent(i int) {
 	a := s.agents[i]
+	a.frozenUntil = time.Time{} // a frozen process killed: the new one runs
 	if a.pending != nil {
 		a.wake = a.pending.answerAt
 		a.pending = nil

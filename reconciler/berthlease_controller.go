@@ -85,9 +85,10 @@ type BerthLeaseReconciler struct {
 	// lease (the cross-cluster singleton). When empty, spec.holderIdentity
 	// is the holder.
 	ClusterIdentity string
-	// ManagedWorkloads turns on gating: ungate the managed Pods while held,
-	// delete them when the lease must be given up. It requires the
-	// fail-closed admission installation.
+	// ManagedWorkloads turns on gating: ungate the managed Pods while held.
+	// It requires the fail-closed admission installation. Every agent,
+	// with it or without, deletes the ungated managed Pods it finds when
+	// the lease must be given up, and gives it up only once they are gone.
 	ManagedWorkloads bool
 	// OperatorNamespace is the agent's own namespace.
 	OperatorNamespace string
@@ -382,7 +383,7 @@ func (r *BerthLeaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			return ctrl.Result{}, err
 		}
 	}
-	if r.ManagedWorkloads && len(p.strays) > 0 {
+	if len(p.strays) > 0 {
 		// Pods of an earlier BerthLease of this name (stopPods logs each
 		// one it stops).
 		if err := r.stopPods(ctx, p, p.strays); err != nil {

@@ -92,9 +92,12 @@ func (r *BerthLeaseReconciler) observe(ctx context.Context, bl *berthv1alpha1.Be
 		now := r.Clock.Now()
 		mem.update(func(t tenure) tenure { return t.recoverFromStatus(bl.Status, p.holder, ttl, renewedAt, now) })
 	}
+	// The Pods are read whatever the agent's flags: without --managed-workloads
+	// it ungates none, but Pods an earlier process ungated (an agent run with the
+	// flag, then without) run under this cluster's term all the same, and must be
+	// gone before the term is given up.
 	podsUnknown := false
 	switch {
-	case !r.ManagedWorkloads:
 	case pods != nil:
 		p.running, p.gated, p.stale, p.strays, p.managed = pods.running, pods.gated, pods.stale, pods.strays, pods.managed
 		podsUnknown = pods.facts.PodsUnknown
@@ -395,13 +398,16 @@ func callName(c Call) string {
 }
 
 // actOnPods ungates or stops the managed Pods, if the decision asks for
-// only.
+// only. Only an agent with ManagedWorkloads ungates; every agent stops.
 func (r *BerthLeaseReconciler) actOnPods(ctx context.Context, bl *berthv1alpha1.BerthLease, p *observation, d Decision, only PodAction) error {
-	if !r.ManagedWorkloads || d.Pods != only {
+	if d.Pods != only {
 		return nil
 	}
 	switch d.Pods {
 	case PodsUngate:
+		if !r.ManagedWorkloads {
+			return nil
+		}
 		return r.ungate(ctx, bl, p)
 	case PodsStop:
 		return r.stop(ctx, p)

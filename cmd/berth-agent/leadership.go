@@ -10,17 +10,35 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 )
 
-// The leader election's timing, client-go's and controller-runtime's defaults, stated here
-// because the agent's own bound (leadership.Until) is derived from them.
-const (
-	electionLeaseDuration = 15 * time.Second
-	electionRenewDeadline = 10 * time.Second
-	electionRetryPeriod   = 2 * time.Second
-)
+// electionTiming is the leader election's timing (--leader-elect-lease-duration,
+// --leader-elect-renew-deadline, --leader-elect-retry-period). The agent's own bound
+// (leadership.Until) is derived from it.
+type electionTiming struct {
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// defaultElectionTiming is client-go's and controller-runtime's default.
+var defaultElectionTiming = electionTiming{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
+
+// validate checks what client-go's leader election demands (it panics otherwise), and
+// that the renew deadline leaves room below the lease duration: the gap is what covers
+// calls still in flight at Until and the replicas' clock rates.
+func (e electionTiming) validate() error {
+	switch {
+	case e.RetryPeriod <= 0:
+		return fmt.Errorf("--leader-elect-retry-period must be above 0")
+	case float64(e.RenewDeadline) <= leaderelection.JitterFactor*float64(e.RetryPeriod):
+		return fmt.Errorf("--leader-elect-renew-deadline (%s) must exceed %.1f × --leader-elect-retry-period (%s)", e.RenewDeadline, leaderelection.JitterFactor, e.RetryPeriod)
+	case e.LeaseDuration <= e.RenewDeadline:
+		return fmt.Errorf("--leader-elect-lease-duration (%s) must exceed --leader-elect-renew-deadline (%s)", e.LeaseDuration, e.RenewDeadline)
+	}
+	return nil
+}
 
 // leadership is the leader election's lock, watched: it knows until when this process is
 // certainly the only replica of the agent that acts.
@@ -30,7 +48,8 @@ const (
 // latest renewal no earlier than that renewal was sent. So no other replica leads before
 // (the send of this process's last successful write) + the lease duration. The leader
 // itself gives up after the renew deadline without a successful write; Until is that
-// instant, leaving the difference (5 s) for calls still in flight and for clock rates.
+// instant, leaving the difference (5 s by default) for calls still in flight and for
+// clock rates.
 // client-go does not stop a leader that was frozen past it (kubernetes#44887): on waking,
 // the process still believes it leads until its next renewal fails, up to a renew deadline
 // later. The reconciler asks Until before it acts, and bounds every call by it, so a
@@ -38,6 +57,9 @@ const (
 type leadership struct {
 	resourcelock.Interface
 	clock clock.PassiveClock
+	// renewDeadline is how long after a successful write's send this process is
+	// certainly the leader.
+	renewDeadline time.Duration
 
 	mu    sync.Mutex
 	until time.Time
@@ -45,7 +67,7 @@ type leadership struct {
 
 // newLeadership makes the election's lock (a coordination.k8s.io Lease named name in
 // namespace) under a fresh identity, as controller-runtime would.
-func newLeadership(cfg *rest.Config, namespace, name string) (*leadership, error) {
+func newLeadership(cfg *rest.Config, namespace, name string, timing electionTiming) (*leadership, error) {
 	host, err := os.Hostname()
 	if err != nil {
 		return nil, fmt.Errorf("leader election identity: %w", err)
@@ -59,7 +81,7 @@ func newLeadership(cfg *rest.Config, namespace, name string) (*leadership, error
 	if err != nil {
 		return nil, fmt.Errorf("leader election lock: %w", err)
 	}
-	return &leadership{Interface: lock, clock: clock.RealClock{}}, nil
+	return &leadership{Interface: lock, clock: clock.RealClock{}, renewDeadline: timing.RenewDeadline}, nil
 }
 
 // Until is the instant (on the process's monotonic clock) before which this process is
@@ -98,7 +120,7 @@ func (l *leadership) write(ctx context.Context, rec resourcelock.LeaderElectionR
 	}
 	err := write(ctx, rec)
 	if err == nil && rec.HolderIdentity == l.Identity() {
-		l.set(sent.Add(electionRenewDeadline))
+		l.set(sent.Add(l.renewDeadline))
 	}
 	return err
 }

@@ -44,7 +44,7 @@ func TestLeadershipUntil(t *testing.T) {
 	start := time.Unix(1_000_000, 0)
 	clk := clocktesting.NewFakePassiveClock(start)
 	lock := &recordLock{id: "a"}
-	l := &leadership{Interface: lock, clock: clk}
+	l := &leadership{Interface: lock, clock: clk, renewDeadline: defaultElectionTiming.RenewDeadline}
 	mine := resourcelock.LeaderElectionRecord{HolderIdentity: "a"}
 
 	if got := l.Until(); !got.IsZero() {
@@ -53,7 +53,7 @@ func TestLeadershipUntil(t *testing.T) {
 	if err := l.Create(ctx, mine); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := l.Until(), start.Add(electionRenewDeadline); !got.Equal(want) {
+	if got, want := l.Until(), start.Add(defaultElectionTiming.RenewDeadline); !got.Equal(want) {
 		t.Fatalf("after acquiring: Until %v, want the write's send plus the renew deadline %v", got, want)
 	}
 
@@ -63,14 +63,14 @@ func TestLeadershipUntil(t *testing.T) {
 	if err := l.Update(ctx, mine); err == nil {
 		t.Fatal("want the write's error")
 	}
-	if got, want := l.Until(), start.Add(electionRenewDeadline); !got.Equal(want) {
+	if got, want := l.Until(), start.Add(defaultElectionTiming.RenewDeadline); !got.Equal(want) {
 		t.Fatalf("after a failed renewal: Until %v, want %v", got, want)
 	}
 	lock.writeErr = nil
 	if err := l.Update(ctx, mine); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := l.Until(), start.Add(4*time.Second+electionRenewDeadline); !got.Equal(want) {
+	if got, want := l.Until(), start.Add(4*time.Second+defaultElectionTiming.RenewDeadline); !got.Equal(want) {
 		t.Fatalf("after a renewal: Until %v, want %v", got, want)
 	}
 

@@ -42,6 +42,7 @@ type options struct {
 	metricsBindAddress     string
 	healthProbeBindAddress string
 	leaderElect            bool
+	election               electionTiming
 	heartbeatInterval      time.Duration
 	kubeAPIQPS             float32
 	kubeAPIBurst           int
@@ -81,6 +82,9 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", "address of /metrics (0: off)")
 	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0: off)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among the agent's replicas (run two for availability)")
+	fs.DurationVar(&o.election.LeaseDuration, "leader-elect-lease-duration", defaultElectionTiming.LeaseDuration, "how long a standby replica waits, after the leader's last renewal it saw, before it takes leadership over")
+	fs.DurationVar(&o.election.RenewDeadline, "leader-elect-renew-deadline", defaultElectionTiming.RenewDeadline, "how long the leader acts after its last successful renewal of the election; below --leader-elect-lease-duration")
+	fs.DurationVar(&o.election.RetryPeriod, "leader-elect-retry-period", defaultElectionTiming.RetryPeriod, "how often replicas try to renew or take the election")
 	fs.DurationVar(&o.heartbeatInterval, "cluster-heartbeat-interval", 10*time.Second, "how often the cluster's registration is refreshed at the lease API")
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "requests per second the agent sends to each cluster's API server, sustained (client-side rate limit)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "requests the agent may send to each cluster's API server in a burst above --kube-api-qps")
@@ -102,6 +106,11 @@ func (o *options) validate() error {
 		return fmt.Errorf("--concurrent-reconciles must be at least 1")
 	case o.fleetViewInterval <= 0:
 		return fmt.Errorf("--fleet-view-interval must be above 0")
+	}
+	if o.leaderElect {
+		if err := o.election.validate(); err != nil {
+			return err
+		}
 	}
 	if err := validateLabels(o.clusterLabels); err != nil {
 		return fmt.Errorf("--cluster-labels: %w", err)

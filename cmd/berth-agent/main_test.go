@@ -21,7 +21,8 @@ import (
 func TestParseFlags(t *testing.T) {
 	defaults := options{operatorNamespace: "berth-system", webhookPort: 9443, webhookService: "berth-agent-webhook", metricsBindAddress: ":8080",
 		healthProbeBindAddress: ":8081", heartbeatInterval: 10 * time.Second, fleetViewInterval: fleet.DefaultViewInterval,
-		kubeAPIQPS: defaultKubeAPIQPS, kubeAPIBurst: defaultKubeAPIBurst, concurrentReconciles: reconciler.DefaultConcurrentReconciles}
+		kubeAPIQPS: defaultKubeAPIQPS, kubeAPIBurst: defaultKubeAPIBurst, concurrentReconciles: reconciler.DefaultConcurrentReconciles,
+		election: defaultElectionTiming}
 	with := func(f func(*options)) options { o := defaults; f(&o); return o }
 	cases := map[string]struct {
 		args     []string
@@ -46,6 +47,15 @@ func TestParseFlags(t *testing.T) {
 			want: with(func(o *options) {
 				o.leaseAPIURL, o.managedWorkloads, o.leaderElect = "http://x", true, true
 				o.webhookCertSecret, o.webhookService = "berth-agent-webhook-tls", "berth-webhook"
+			}),
+			wantLogs: logging.Options{Format: logging.FormatText},
+		},
+		"replicas with a short election, as the frozen-leader suite starts them": {
+			args: []string{"--lease-api-url", "http://x", "--leader-elect", "--leader-elect-lease-duration", "2s",
+				"--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period", "250ms"},
+			want: with(func(o *options) {
+				o.leaseAPIURL, o.leaderElect = "http://x", true
+				o.election = electionTiming{LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond}
 			}),
 			wantLogs: logging.Options{Format: logging.FormatText},
 		},
@@ -95,7 +105,7 @@ func TestValidate(t *testing.T) {
 	// valid is o with the flags that have defaults at them.
 	valid := func(o options) options {
 		o.kubeAPIQPS, o.kubeAPIBurst, o.concurrentReconciles = defaultKubeAPIQPS, defaultKubeAPIBurst, reconciler.DefaultConcurrentReconciles
-		o.fleetViewInterval = fleet.DefaultViewInterval
+		o.fleetViewInterval, o.election = fleet.DefaultViewInterval, defaultElectionTiming
 		return o
 	}
 	cases := map[string]struct {
@@ -106,6 +116,12 @@ func TestValidate(t *testing.T) {
 		"no lease API":                                {o: valid(options{}), wantErr: true},
 		"fleet mode":                                  {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir})},
 		"fleet mode with leader election":             {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true, kubeconfig: "host.kubeconfig"})},
+		"election's renew deadline past its lease": {
+			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) { o.election.RenewDeadline = o.election.LeaseDuration }), wantErr: true,
+		},
+		"election retried slower than its renew deadline": {
+			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) { o.election.RetryPeriod = o.election.RenewDeadline }), wantErr: true,
+		},
 		"fleet mode elects on no host":                {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true}), wantErr: true},
 		"fleet mode names its clusters":               {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, clusterID: "east"}), wantErr: true},
 		"fleet folder missing":                        {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir + "/missing"}), wantErr: true},

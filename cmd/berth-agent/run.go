@@ -218,7 +218,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manag
 		HealthProbeBindAddress: o.healthProbeBindAddress,
 		Cache:                  cacheOpts,
 	}
-	leading, err := o.election(cfg, &opts, "berth-agent.berth.skaphos.io")
+	leading, err := o.elect(cfg, &opts, "berth-agent.berth.skaphos.io")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -238,19 +238,21 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, o options) (ctrl.Manag
 // replica that stops, whatever the reason, hands leadership over at once
 // (LeaderElectionReleaseOnCancel): the reconciler acts only within that certainty, so
 // no two replicas act at once.
-func (o options) election(cfg *rest.Config, opts *ctrl.Options, id string) (func() time.Time, error) {
+func (o options) elect(cfg *rest.Config, opts *ctrl.Options, id string) (func() time.Time, error) {
 	if !o.leaderElect {
 		return nil, nil
 	}
-	l, err := newLeadership(cfg, o.operatorNamespace, id)
+	l, err := newLeadership(cfg, o.operatorNamespace, id, o.election)
 	if err != nil {
 		return nil, err
 	}
-	leaseDuration, renewDeadline, retryPeriod := electionLeaseDuration, electionRenewDeadline, electionRetryPeriod
+	leaseDuration, renewDeadline, retryPeriod := o.election.LeaseDuration, o.election.RenewDeadline, o.election.RetryPeriod
 	opts.LeaderElection = true
 	opts.LeaderElectionResourceLockInterface = l
 	opts.LeaderElectionReleaseOnCancel = true
 	opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &leaseDuration, &renewDeadline, &retryPeriod
+	ctrl.Log.WithName("leader-election").Info("electing a leader among the agent's replicas", "lock", o.operatorNamespace+"/"+id, "identity", l.Identity(),
+		"leaseDuration", leaseDuration, "renewDeadline", renewDeadline, "retryPeriod", retryPeriod)
 	return l.Until, nil
 }
 
@@ -365,7 +367,7 @@ func runFleet(ctx context.Context, o options, log logr.Logger) error {
 		Metrics:                metricsserver.Options{BindAddress: o.metricsBindAddress},
 		HealthProbeBindAddress: o.healthProbeBindAddress,
 	}
-	leading, err := o.election(host, &mopts, "berth-agent-fleet.berth.skaphos.io")
+	leading, err := o.elect(host, &mopts, "berth-agent-fleet.berth.skaphos.io")
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -46,15 +47,15 @@ func startFleet(t *testing.T) *run {
 	return startFleetWith(t, localfleet.Options{})
 }
 
-// startFleetWith is startFleet with options (NoAgents, say); the clusters,
-// binaries, folders and log are the suite's, and so is the workload unless
+// startFleetWith is startFleet with options (NoAgents, say); the binaries,
+// folders and log are the suite's, the clusters too unless opts names their number, and so is the workload unless
 // opts names one (with the suite's namespace, name and replicas).
 func startFleetWith(t *testing.T, opts localfleet.Options) *run {
 	t.Helper()
 	if opts.Workload.Name == "" {
 		opts.Workload = workload
 	}
-	opts.Clusters, opts.BinDir, opts.WorkDir = 3, binaries.Dir, t.TempDir()
+	opts.Clusters, opts.BinDir, opts.WorkDir = cmp.Or(opts.Clusters, 3), binaries.Dir, t.TempDir()
 	opts.Log = testr.NewWithOptions(t, testr.Options{})
 	f, err := localfleet.Start(t.Context(), opts)
 	if err != nil {

@@ -203,6 +203,16 @@ func (r *Recorder) Stop() History {
 // History is a recording.
 type History []Sweep
 
+// Since is the part of the recording from t on.
+func (h History) Since(t time.Time) History {
+	for i, s := range h {
+		if !s.At.Before(t) {
+			return h[i:]
+		}
+	}
+	return nil
+}
+
 // Overlaps describes every sweep in which more than one cluster had ungated
 // Pods.
 func (h History) Overlaps() []string {

@@ -45,6 +45,9 @@ type Options struct {
 	Clusters int
 	// BinDir holds berth-leaseapi and berth-agent.
 	BinDir string
+	// AgentBinary is the per-cluster agents' program instead of BinDir's
+	// berth-agent: another build, to compare releases on the same fleet.
+	AgentBinary string
 	// WorkDir holds everything the fleet writes.
 	WorkDir string
 	// Workload is what every cluster runs under one BerthLease.

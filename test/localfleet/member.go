@@ -1,6 +1,7 @@
 package localfleet
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -232,31 +233,61 @@ func (m *Member) StartAgent(clusterID string) error {
 		defer cancel()
 		return m.startChartAgent(ctx, clusterID)
 	}
+	p, err := m.StartAgentProcess(AgentProcess{ClusterID: clusterID})
+	if err != nil {
+		return err
+	}
+	m.Agent = p
+	return nil
+}
+
+// AgentProcess says how StartAgentProcess runs one berth-agent process.
+type AgentProcess struct {
+	// ClusterID is its --cluster-id; the member's name when empty.
+	ClusterID string
+	// Unmanaged leaves out --managed-workloads (and with it admission and
+	// berth-fence), as an agent run by hand or an older chart would.
+	Unmanaged bool
+	// WebhookPort is where it serves admission instead of the member's
+	// port, which the registrations name: a second replica's own.
+	WebhookPort int
+	// Args are appended after the fleet's and the member's.
+	Args []string
+}
+
+// StartAgentProcess runs one berth-agent process for this cluster, beside
+// any other (the member's Agent is left as it is): a second replica, or an
+// agent with other flags. The caller stops it.
+func (m *Member) StartAgentProcess(a AgentProcess) (*process.Process, error) {
+	clusterID := cmp.Or(a.ClusterID, m.Name)
 	api := m.fleet.LeaseAPI
 	token, ok := api.TokenFiles[clusterID]
 	if !ok {
-		return fmt.Errorf("no lease API token for %s", clusterID)
+		return nil, fmt.Errorf("no lease API token for %s", clusterID)
 	}
 	args := []string{
 		"--cluster-id", clusterID,
 		"--kubeconfig", m.agentKubeconfig(),
 		"--lease-api-url", "http://" + m.Proxy.Addr,
 		"--lease-api-token-file", token,
-		"--managed-workloads",
-		"--webhook-port", fmt.Sprint(m.webhookPort),
-		"--webhook-cert-dir", m.certDir(),
 		"--metrics-bind-address", m.metricsAddr,
 		"--health-probe-bind-address", "0",
 		"--cluster-heartbeat-interval", m.fleet.opts.Workload.ClusterHeartbeat.String(),
-		"--fence-image", FenceImage,
 	}
-	args = append(append(args, m.fleet.opts.AgentArgs...), m.fleet.opts.MemberAgentArgs[m.Name]...)
-	p, err := process.Start("berth-agent", filepath.Join(m.fleet.opts.BinDir, "berth-agent"), filepath.Join(m.dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())), args...)
-	if err != nil {
-		return err
+	if !a.Unmanaged {
+		args = append(args,
+			"--managed-workloads",
+			"--webhook-port", fmt.Sprint(cmp.Or(a.WebhookPort, m.webhookPort)),
+			"--webhook-cert-dir", m.certDir(),
+			"--fence-image", FenceImage,
+		)
 	}
-	m.Agent = p
-	return nil
+	if a.WebhookPort != 0 {
+		args = append(args, "--metrics-bind-address", "0") // the member's address is the first replica's
+	}
+	args = append(append(append(args, m.fleet.opts.AgentArgs...), m.fleet.opts.MemberAgentArgs[m.Name]...), a.Args...)
+	bin := cmp.Or(m.fleet.opts.AgentBinary, filepath.Join(m.fleet.opts.BinDir, "berth-agent"))
+	return process.Start("berth-agent", bin, filepath.Join(m.dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())), args...)
 }
 
 // StopAgent kills the member's agent, as a crash would.

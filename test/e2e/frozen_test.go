@@ -1,0 +1,309 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/berthfleet/berth/reconciler"
+	"github.com/berthfleet/berth/test/freeport"
+	"github.com/berthfleet/berth/test/localfleet"
+	"github.com/berthfleet/berth/test/poll"
+	"github.com/berthfleet/berth/test/process"
+)
+
+// Environment variables of TestFrozenAgent (docs/testing.md shows the runs).
+const (
+	// envFrozenRuns is how many freezes each scenario makes (default 4).
+	envFrozenRuns = "BERTH_FROZEN_RUNS"
+	// envFrozenTiming "chart" runs the chart's timing (TTL 30, heartbeat 10,
+	// client-go's default election) instead of the short one, so that an
+	// agent without the election flags (an older release) can be judged too.
+	envFrozenTiming = "BERTH_FROZEN_TIMING"
+	// envFrozenAgent is the berth-agent program to judge instead of this
+	// build's (an older release's, say).
+	envFrozenAgent = "BERTH_FROZEN_AGENT"
+)
+
+// frozenTiming is the timing of one family of freezes.
+type frozenTiming struct {
+	ttl, heartbeat int32 // seconds
+	// election is the replicas' leader election flags, and electionLease its
+	// lease duration: how long into a freeze the other replica takes over.
+	election      []string
+	electionLease time.Duration
+}
+
+var (
+	shortFreezes = frozenTiming{ttl: 10, heartbeat: 3, electionLease: 2 * time.Second,
+		election: []string{"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=250ms"}}
+	chartFreezes = frozenTiming{ttl: 30, heartbeat: 10, electionLease: 15 * time.Second}
+)
+
+// TestFrozenAgent freezes the holder's agent (SIGSTOP) until past its local validity,
+// but not past the TTL at the lease API, and then lets it run on with what it remembered:
+//
+//   - a single agent: it wakes with its local deadline passed and a term the lease API
+//     still holds for it, and nobody else can have started;
+//   - the leader of two replicas (--leader-elect): the other replica takes leadership and
+//     the term over during the freeze, and the woken one must not act on its stale
+//     memory (releasing the term its successor runs under, issue 28).
+//
+// Each run waits for a renewal at the lease API and freezes at another phase of the
+// heartbeat, for another length within the window. The history checker judges every
+// run: never two clusters at once, tokens rising.
+func TestFrozenAgent(t *testing.T) {
+	timing := shortFreezes
+	if os.Getenv(envFrozenTiming) == "chart" {
+		timing = chartFreezes
+	}
+	runs := 4
+	if v := os.Getenv(envFrozenRuns); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive number", envFrozenRuns, v)
+		}
+		runs = n
+	}
+	w := workload
+	w.TTLSeconds, w.HeartbeatSeconds = timing.ttl, timing.heartbeat
+	r := startFleetWith(t, localfleet.Options{Clusters: 2, Workload: w, AgentBinary: os.Getenv(envFrozenAgent)})
+	f := &freezer{run: r, timing: timing, ttl: time.Duration(timing.ttl) * time.Second, heartbeat: time.Duration(timing.heartbeat) * time.Second}
+
+	t.Run("single agent", func(t *testing.T) {
+		for i := range runs {
+			f.freezeOnce(t, i, runs, false)
+		}
+	})
+	if t.Failed() && os.Getenv(envFrozenAgent) == "" {
+		return
+	}
+	// Every cluster's agent becomes two replicas with leader election, so that
+	// whichever holds has a standby.
+	for _, m := range r.Members {
+		m.StopAgent()
+		f.startReplicas(t, m)
+	}
+	t.Run("leader of two replicas", func(t *testing.T) {
+		for i := range runs {
+			f.freezeOnce(t, i, runs, true)
+		}
+	})
+	t.Logf("frozen: single agent %d of %d runs overlapped; leader of two replicas %d of %d (TTL %ds, heartbeat %ds)",
+		f.overlapped[false], runs, f.overlapped[true], runs, timing.ttl, timing.heartbeat)
+
+	t.Run("agent without managed workloads after one with them", func(t *testing.T) {
+		f.unmanagedSuccessor(t)
+	})
+}
+
+// unmanagedSuccessor replaces the holder's agent with one started without
+// --managed-workloads, as an agent run by hand or an older chart would be, and cordons
+// the holder: the Pods the earlier agent ungated run under the term all the same, so the
+// new one must stop them before it gives the term up (issue 28).
+func (f *freezer) unmanagedSuccessor(t *testing.T) {
+	ctx := t.Context()
+	holder, _ := f.runner(t, 90*time.Second, "one cluster runs the workload")
+	m := f.Member(holder)
+	for _, p := range f.replicas[holder] {
+		p.Kill()
+	}
+	p, err := m.StartAgentProcess(localfleet.AgentProcess{Unmanaged: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Agent = p
+	// It has recovered the term once its renewals reach the lease API.
+	before := m.Lease(ctx)
+	poll.For(t, 2*f.ttl, holder+"'s new agent renews the term", func() bool {
+		l := m.Lease(ctx)
+		return l.Holder == holder && l.FencingToken == before.FencingToken && l.RenewedAt.After(before.RenewedAt)
+	})
+	from := time.Now()
+	if _, err := f.LeaseAPI.Admin.Cordon(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if _, err := f.LeaseAPI.Admin.Uncordon(context.WithoutCancel(ctx), holder); err != nil {
+			t.Error(err)
+		}
+	}()
+	next, took := f.runner(t, 2*f.ttl+30*time.Second, "another cluster runs the workload after the cordon", holder)
+	t.Logf("%s's agent without --managed-workloads handed the workload to %s in %s", holder, next, took.Round(time.Millisecond))
+	if err := f.rec.Snapshot().Since(from).Check(); err != nil {
+		t.Error(err)
+	}
+}
+
+// freezer runs the freezes on one fleet.
+type freezer struct {
+	*run
+	timing         frozenTiming
+	ttl, heartbeat time.Duration
+	// replicas are each cluster's agent processes with --leader-elect: the first
+	// serves admission at the port the registrations name, the second at its own.
+	replicas   map[string][]replica
+	overlapped map[bool]int // runs with an overlap, by scenario (replicas or not)
+}
+
+type replica struct {
+	*process.Process
+	webhookPort int // 0: the member's
+}
+
+// startReplicas runs two agent processes for m with leader election.
+func (f *freezer) startReplicas(t *testing.T, m *localfleet.Member) {
+	t.Helper()
+	if f.replicas == nil {
+		f.replicas = map[string][]replica{}
+	}
+	port, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.replicas[m.Name] = []replica{f.startReplica(t, m, 0), f.startReplica(t, m, port)}
+	m.Agent = f.replicas[m.Name][0].Process
+}
+
+func (f *freezer) startReplica(t *testing.T, m *localfleet.Member, webhookPort int) replica {
+	t.Helper()
+	args := append([]string{"--leader-elect"}, f.timing.election...)
+	p, err := m.StartAgentProcess(localfleet.AgentProcess{Args: args, WebhookPort: webhookPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	return replica{Process: p, webhookPort: webhookPort}
+}
+
+// freezeOnce makes run i of n: it waits for one cluster to run the workload and for a
+// renewal of its term, freezes the agent (or the leader of its replicas) at phase i/n of
+// the heartbeat until a point i/n into the window between the local validity and the
+// TTL, lets it run on, and judges the history from the freeze until the fleet settles.
+func (f *freezer) freezeOnce(t *testing.T, i, n int, replicas bool) {
+	t.Helper()
+	ctx := t.Context()
+	holder, _ := f.runner(t, 90*time.Second, "one cluster runs the workload before the freeze")
+	m := f.Member(holder)
+	agent := m.Agent
+	if replicas {
+		agent = f.leader(t, m)
+	}
+	before := f.Member(holder).Lease(ctx)
+
+	// A renewal's arrival at the lease API starts the run: the agent's local deadline is
+	// its send plus the validity, so this reading is a little late, never early.
+	var renewed time.Time
+	poll.For(t, 2*f.heartbeat+5*time.Second, "a renewal of "+holder+"'s term", func() bool {
+		l := m.Lease(ctx)
+		renewed = l.RenewedAt
+		return l.Holder == holder && l.RenewedAt.After(before.RenewedAt)
+	})
+	seen := time.Now()
+	validity := reconciler.LocalValidity(f.ttl)
+	frac := (float64(i) + 0.5) / float64(n)
+	phase := time.Duration(frac * float64(f.heartbeat))
+	// Woken between the validity (plus a margin for the reading's lateness) and the
+	// TTL, less a second for the Pods to go: the lease API holds the term for it still.
+	lo, hi := validity+300*time.Millisecond, f.ttl-time.Second
+	if replicas {
+		// The standby must have taken over: past the election's lease.
+		lo = max(lo, phase+f.timing.electionLease+time.Second)
+		hi = max(hi, lo+time.Second)
+	}
+	wake := lo + time.Duration(float64(n-1-i)/float64(max(n-1, 1))*float64(hi-lo))
+	const selfFence = "local deadline passed without a renewal: self-fencing"
+	fencedBefore := len(agent.LogLines(selfFence))
+	time.Sleep(time.Until(seen.Add(phase)))
+	from := time.Now()
+	if err := agent.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	hold := time.Until(seen.Add(wake))
+	time.Sleep(hold)
+	if err := agent.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	woke := time.Now()
+
+	// Settled: one cluster runs every replica for a few heartbeats' worth of sweeps.
+	after, _ := f.runner(t, 2*f.ttl+60*time.Second, "one cluster runs the workload after the freeze")
+	f.stable(t, after, f.heartbeat)
+	h := f.rec.Snapshot().Since(from.Add(-sweepInterval))
+	lease := m.Lease(ctx)
+	outcome := fmt.Sprintf("kept by %s with token %d", holder, lease.FencingToken)
+	if lease.Holder != holder || lease.FencingToken != before.FencingToken {
+		outcome = fmt.Sprintf("moved from %s (token %d) to %s (token %d)", holder, before.FencingToken, lease.Holder, lease.FencingToken)
+	}
+	what := "single agent"
+	if replicas {
+		what = "leader of two replicas"
+	}
+	t.Logf("frozen run %d/%d (%s): renewal at %s, frozen at +%s for %s (validity %s, TTL %s): %s",
+		i+1, n, what, renewed.Format("15:04:05.000"), phase.Round(time.Millisecond), woke.Sub(from).Round(time.Millisecond),
+		validity.Round(time.Millisecond), f.ttl, outcome)
+	// The run proves something only if the freeze did what it was meant to: the single
+	// agent woke past its local deadline; the leader lost its election meanwhile.
+	if !replicas && len(agent.LogLines(selfFence)) == fencedBefore {
+		t.Errorf("run %d/%d: the woken agent did not self-fence: the freeze did not pass its local deadline", i+1, n)
+	}
+	if err := h.Check(); err != nil {
+		if f.overlapped == nil {
+			f.overlapped = map[bool]int{}
+		}
+		f.overlapped[replicas]++
+		t.Errorf("run %d/%d (%s): %v", i+1, n, what, err)
+	}
+	if replicas {
+		f.replaceFrozen(t, m, agent)
+	}
+}
+
+// leader is the replica of m's agent that leads its election.
+func (f *freezer) leader(t *testing.T, m *localfleet.Member) *process.Process {
+	t.Helper()
+	var found *process.Process
+	poll.For(t, 30*time.Second, m.Name+"'s replicas have a leader", func() bool {
+		l := &coordinationv1.Lease{}
+		if err := m.Client.Get(t.Context(), ctrlclient.ObjectKey{Namespace: "berth-system", Name: "berth-agent.berth.skaphos.io"}, l); err != nil || l.Spec.HolderIdentity == nil {
+			return false
+		}
+		for _, p := range f.replicas[m.Name] {
+			if !p.Exited() && p.LogContains(*l.Spec.HolderIdentity) {
+				found = p.Process
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// replaceFrozen waits for the frozen replica to exit, as a leader frozen past its
+// election's lease does once it finds its leadership lost, and starts a standby in its
+// place, serving admission where it did.
+func (f *freezer) replaceFrozen(t *testing.T, m *localfleet.Member, frozen *process.Process) {
+	t.Helper()
+	// It notices within a renew deadline of waking; give it that and more.
+	_, _ = poll.Until(t.Context(), f.timing.electionLease+10*time.Second, "the woken replica exits", poll.Condition(frozen.Exited))
+	if !frozen.Exited() {
+		t.Errorf("%s's frozen replica still runs after its election's lease: nobody took leadership over", m.Name)
+		return
+	}
+	for j, p := range f.replicas[m.Name] {
+		if p.Process != frozen {
+			continue
+		}
+		f.replicas[m.Name][j] = f.startReplica(t, m, p.webhookPort)
+		if m.Agent == frozen {
+			m.Agent = f.replicas[m.Name][j].Process
+		}
+	}
+}
