@@ -27,8 +27,9 @@ func TestMain(m *testing.M) {
 var workload = localfleet.Workload{Namespace: "payments", Name: "exporter", Replicas: 2, TTLSeconds: 6, HeartbeatSeconds: 2}
 
 // fixedSeeds are the schedules `make test` runs: between them every kind of
-// fault but BerthLease deletion (which test/e2e covers).
-var fixedSeeds = []uint64{15, 35, 9}
+// fault but BerthLease deletion (which test/e2e covers), and freezes of the
+// holder's leading replica past its local validity (123, 28).
+var fixedSeeds = []uint64{15, 35, 9, 123, 28}
 
 // Environment variables that choose the schedules (make soak sets them).
 const (
@@ -83,7 +84,10 @@ func TestChaos(t *testing.T) {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	opts := localfleet.Options{Clusters: 3, BinDir: binaries.Dir, WorkDir: dir, Workload: workload, Log: testr.NewWithOptions(t, testr.Options{})}
+	// Every cluster's agent runs as two replicas with leader election, as the
+	// chart runs it: a freeze stops the leader.
+	opts := localfleet.Options{Clusters: 3, BinDir: binaries.Dir, WorkDir: dir, Workload: workload, Log: testr.NewWithOptions(t, testr.Options{}),
+		AgentArgs: []string{"--leader-elect", "--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=250ms"}}
 	started := time.Now()
 	f, err := localfleet.Start(t.Context(), opts)
 	if err != nil {
@@ -101,6 +105,10 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	if err := s.Nemesis.StartStandbys(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Nemesis.StopStandbys()
 	// The fleet's first holder, judged like every schedule's end.
 	first := s.Run(t.Context(), Schedule{})
 	if first.Failed() {

@@ -20,6 +20,7 @@ import (
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/builders"
+	"github.com/berthfleet/berth/test/freeport"
 	"github.com/berthfleet/berth/test/localfleet"
 	"github.com/berthfleet/berth/test/process"
 )
@@ -81,6 +82,12 @@ type Nemesis struct {
 	// Holder names the cluster running the workload now, or "".
 	Holder func() string
 	Logf   func(format string, args ...any)
+	// Standbys are each cluster's second agent replica, when the agents run
+	// with --leader-elect (StartStandbys): a Freeze then freezes whichever
+	// replica leads, and the heal starts a replica that exited anew.
+	Standbys map[string]*process.Process
+	// standbyArgs are the standbys' own flags (their webhook port).
+	standbyArgs map[string]localfleet.AgentProcess
 
 	state  map[string]*memberState
 	apiOff bool
@@ -213,6 +220,11 @@ func (n *Nemesis) begin(ctx context.Context, st Step) *pendingEnd {
 			break
 		}
 		p := m.Agent
+		if n.Standbys != nil {
+			// The leader of the two replicas: the other takes over during a
+			// long freeze, and the woken one must not act on what it knew.
+			p = cmp.Or(m.Leader(ctx, m.Agent, n.Standbys[m.Name]), m.Agent)
+		}
 		if err = p.Signal(syscall.SIGSTOP); err == nil {
 			ms.frozen = p
 			n.markDown(ms, f.Start)
@@ -329,6 +341,44 @@ func (n *Nemesis) restartAgent(m *localfleet.Member, ms *memberState) error {
 	ms.dead = false
 	n.markUp(m.Name, ms)
 	return nil
+}
+
+// StartStandbys runs a second agent replica for every cluster, beside its
+// Agent; the fleet's agents must run with --leader-elect.
+func (n *Nemesis) StartStandbys() error {
+	n.Standbys, n.standbyArgs = map[string]*process.Process{}, map[string]localfleet.AgentProcess{}
+	ports, err := freeport.Ports(len(n.Fleet.Members))
+	if err != nil {
+		return err
+	}
+	for i, m := range n.Fleet.Members {
+		n.standbyArgs[m.Name] = localfleet.AgentProcess{WebhookPort: ports[i]}
+		if err := n.startStandby(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (n *Nemesis) startStandby(m *localfleet.Member) error {
+	if p := n.Standbys[m.Name]; p != nil {
+		p.Kill()
+	}
+	p, err := m.StartAgentProcess(n.standbyArgs[m.Name])
+	if err != nil {
+		return err
+	}
+	n.Standbys[m.Name] = p
+	return nil
+}
+
+// StopStandbys kills every standby replica.
+func (n *Nemesis) StopStandbys() {
+	for _, p := range n.Standbys {
+		if p != nil {
+			p.Kill()
+		}
+	}
 }
 
 // thaw continues the process it froze, unless that process was killed
@@ -491,6 +541,10 @@ func (n *Nemesis) Heal(ctx context.Context) error {
 		}
 		if m.Agent == nil || m.Agent.Exited() {
 			note("start "+m.Name+"'s agent", n.restartAgent(m, ms))
+		}
+		if p, ok := n.Standbys[m.Name]; ok && (p == nil || p.Exited()) {
+			// A leader frozen past the election's lease exits once it wakes.
+			note("start "+m.Name+"'s standby", n.startStandby(m))
 		}
 		m.Proxy.Heal()
 		ms.cut = false

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/berthfleet/berth/reconciler"
 )
 
 // Kind is one kind of fault the nemesis injects.
@@ -152,13 +154,23 @@ func Plan(seed uint64, t Timing) Schedule {
 		}
 		short := rng.IntN(2) == 0
 		switch kind {
-		case Kill, Freeze:
+		case Kill:
 			// Shorter than the agent's remaining validity, or longer than
 			// the TTL: the documented limit.
 			if short {
 				st.Hold = between(rng, 100*time.Millisecond, 1500*time.Millisecond)
 			} else {
 				st.Hold = between(rng, t.TTL, 2*t.TTL)
+			}
+		case Freeze:
+			// Shorter than the agent's remaining validity, or longer than
+			// its validity: it wakes past its local deadline with a term the
+			// lease API may still hold for it (or, with two replicas, that
+			// the other one took over), or past the TTL.
+			if short {
+				st.Hold = between(rng, 100*time.Millisecond, 1500*time.Millisecond)
+			} else {
+				st.Hold = between(rng, reconciler.LocalValidity(t.TTL), 2*t.TTL)
 			}
 		case Cut, KillAPI:
 			if short {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/history"
 )
 
@@ -24,7 +25,7 @@ func TestPlanIsReproducible(t *testing.T) {
 
 func TestPlanMixesEveryFault(t *testing.T) {
 	seen := map[Kind]int{}
-	short, long := 0, 0
+	short, past, long := 0, 0, 0
 	for seed := range uint64(200) {
 		s := Plan(seed, timing)
 		if n := len(s.Steps); n < timing.MinSteps || n > timing.MaxSteps {
@@ -41,8 +42,10 @@ func TestPlanMixesEveryFault(t *testing.T) {
 					short++
 				case st.Hold >= timing.TTL:
 					long++
+				case st.Hold >= reconciler.LocalValidity(timing.TTL):
+					past++
 				default:
-					t.Errorf("seed %d: freeze of %s, neither short nor past the TTL", seed, st.Hold)
+					t.Errorf("seed %d: freeze of %s, neither short nor past the local validity", seed, st.Hold)
 				}
 			}
 		}
@@ -52,8 +55,8 @@ func TestPlanMixesEveryFault(t *testing.T) {
 			t.Errorf("no schedule of 200 has %s", k)
 		}
 	}
-	if short == 0 || long == 0 {
-		t.Errorf("freezes: %d short, %d past the TTL; want both", short, long)
+	if short == 0 || past == 0 || long == 0 {
+		t.Errorf("freezes: %d short, %d past the local validity within the TTL, %d past the TTL; want each", short, past, long)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/freeport"
@@ -226,8 +225,15 @@ func (f *freezer) freezeOnce(t *testing.T, i, n int, replicas bool) {
 	if err := agent.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	hold := time.Until(seen.Add(wake))
-	time.Sleep(hold)
+	// Meanwhile the lease API's record shows when the term was renewed next: by the
+	// replica elected during the freeze, which must not leave it for a heartbeat.
+	var next time.Time
+	for time.Now().Before(seen.Add(wake)) {
+		if l := m.Lease(ctx); next.IsZero() && l.Holder == holder && l.RenewedAt.After(renewed) {
+			next = l.RenewedAt
+		}
+		time.Sleep(min(100*time.Millisecond, time.Until(seen.Add(wake))))
+	}
 	if err := agent.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -262,6 +268,7 @@ func (f *freezer) freezeOnce(t *testing.T, i, n int, replicas bool) {
 		t.Errorf("run %d/%d (%s): %v", i+1, n, what, err)
 	}
 	if replicas {
+		f.checkTakeover(t, m, renewed, next)
 		f.replaceFrozen(t, m, agent)
 	}
 }
@@ -269,21 +276,40 @@ func (f *freezer) freezeOnce(t *testing.T, i, n int, replicas bool) {
 // leader is the replica of m's agent that leads its election.
 func (f *freezer) leader(t *testing.T, m *localfleet.Member) *process.Process {
 	t.Helper()
+	var procs []*process.Process
+	for _, p := range f.replicas[m.Name] {
+		procs = append(procs, p.Process)
+	}
 	var found *process.Process
 	poll.For(t, 30*time.Second, m.Name+"'s replicas have a leader", func() bool {
-		l := &coordinationv1.Lease{}
-		if err := m.Client.Get(t.Context(), ctrlclient.ObjectKey{Namespace: "berth-system", Name: "berth-agent.berth.skaphos.io"}, l); err != nil || l.Spec.HolderIdentity == nil {
-			return false
-		}
-		for _, p := range f.replicas[m.Name] {
-			if !p.Exited() && p.LogContains(*l.Spec.HolderIdentity) {
-				found = p.Process
-				return true
-			}
-		}
-		return false
+		found = m.Leader(t.Context(), procs...)
+		return found != nil
 	})
 	return found
+}
+
+// checkTakeover judges the replica elected during the freeze: it renewed the term
+// (next, the first renewal after the frozen leader's last one) within a heartbeat of
+// taking leadership over, as a recovering agent must: at once, not a heartbeat later.
+func (f *freezer) checkTakeover(t *testing.T, m *localfleet.Member, renewed, next time.Time) {
+	t.Helper()
+	l := &coordinationv1.Lease{}
+	if err := m.Client.Get(t.Context(), localfleet.ElectionLease, l); err != nil || l.Spec.AcquireTime == nil {
+		t.Errorf("%s's election: %v", m.Name, err)
+		return
+	}
+	elected := l.Spec.AcquireTime.Time
+	switch {
+	case !elected.After(renewed):
+		t.Errorf("%s: no replica was elected during the freeze (the election was last acquired at %s)", m.Name, elected.Format("15:04:05.000"))
+	case next.IsZero():
+		t.Errorf("%s: the replica elected at %s did not renew the term before the frozen one woke", m.Name, elected.Format("15:04:05.000"))
+	case next.Sub(elected) > f.heartbeat:
+		t.Errorf("%s: the replica elected at %s renewed the term only %s later (heartbeat %s)", m.Name, elected.Format("15:04:05.000"), next.Sub(elected).Round(time.Millisecond), f.heartbeat)
+	default:
+		t.Logf("%s: the replica elected %s into the freeze renewed the term %s after its election", m.Name,
+			elected.Sub(renewed).Round(time.Millisecond), next.Sub(elected).Round(time.Millisecond))
+	}
 }
 
 // replaceFrozen waits for the frozen replica to exit, as a leader frozen past its

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -298,4 +299,23 @@ func (m *Member) stop() {
 	if m.Proxy != nil {
 		m.Proxy.Close()
 	}
+}
+
+// ElectionLease is the Lease in which the member's agent replicas elect their leader.
+var ElectionLease = ctrlclient.ObjectKey{Namespace: "berth-system", Name: "berth-agent.berth.skaphos.io"}
+
+// Leader returns which of procs (agent processes of this member, run with
+// --leader-elect) leads the election now, or nil when none of them does: the
+// election Lease names the identity each logs when it starts.
+func (m *Member) Leader(ctx context.Context, procs ...*process.Process) *process.Process {
+	l := &coordinationv1.Lease{}
+	if err := m.Client.Get(ctx, ElectionLease, l); err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return nil
+	}
+	for _, p := range procs {
+		if p != nil && !p.Exited() && p.LogContains(*l.Spec.HolderIdentity) {
+			return p
+		}
+	}
+	return nil
 }
