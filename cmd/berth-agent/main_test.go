@@ -112,10 +112,10 @@ func TestValidate(t *testing.T) {
 		o       options
 		wantErr bool
 	}{
-		"single-cluster":                              {o: valid(options{leaseAPIURL: "http://x"})},
-		"no lease API":                                {o: valid(options{}), wantErr: true},
-		"fleet mode":                                  {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir})},
-		"fleet mode with leader election":             {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true, kubeconfig: "host.kubeconfig"})},
+		"single-cluster":                  {o: valid(options{leaseAPIURL: "http://x"})},
+		"no lease API":                    {o: valid(options{}), wantErr: true},
+		"fleet mode":                      {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir})},
+		"fleet mode with leader election": {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true, kubeconfig: "host.kubeconfig"})},
 		"election's renew deadline past its lease": {
 			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) { o.election.RenewDeadline = o.election.LeaseDuration }), wantErr: true,
 		},
