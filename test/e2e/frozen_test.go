@@ -189,7 +189,7 @@ func (f *freezer) startReplica(t *testing.T, m *localfleet.Member, webhookPort i
 func (f *freezer) freezeOnce(t *testing.T, i, n int, replicas bool) {
 	t.Helper()
 	ctx := t.Context()
-	holder, _ := f.runner(t, 90*time.Second, "one cluster runs the workload before the freeze")
+	holder := f.settle(t, 90*time.Second)
 	m := f.Member(holder)
 	agent := m.Agent
 	if replicas {
@@ -239,9 +239,7 @@ func (f *freezer) freezeOnce(t *testing.T, i, n int, replicas bool) {
 	}
 	woke := time.Now()
 
-	// Settled: one cluster runs every replica for a few heartbeats' worth of sweeps.
-	after, _ := f.runner(t, 2*f.ttl+60*time.Second, "one cluster runs the workload after the freeze")
-	f.stable(t, after, f.heartbeat)
+	f.settle(t, 2*f.ttl+60*time.Second)
 	h := f.rec.Snapshot().Since(from.Add(-sweepInterval))
 	lease := m.Lease(ctx)
 	outcome := fmt.Sprintf("kept by %s with token %d", holder, lease.FencingToken)
@@ -271,6 +269,25 @@ func (f *freezer) freezeOnce(t *testing.T, i, n int, replicas bool) {
 		f.checkTakeover(t, m, renewed, next)
 		f.replaceFrozen(t, m, agent)
 	}
+}
+
+// settle waits until one cluster has run every replica for a heartbeat and a stop
+// budget on end: a woken agent that self-fenced stops its Pods (up to their grace
+// period) and, when its term was still live, runs them again under it.
+func (f *freezer) settle(t *testing.T, timeout time.Duration) string {
+	t.Helper()
+	span := f.heartbeat + reconciler.StopBudget(f.ttl)
+	var runner string
+	var since time.Time
+	poll.For(t, timeout, "one cluster runs the workload, "+span.String()+" on end, after the freeze", func() bool {
+		now := f.rec.Snapshot().Runner(int(workload.Replicas))
+		if now == "" || now != runner {
+			runner, since = now, time.Now()
+			return false
+		}
+		return time.Since(since) >= span
+	})
+	return runner
 }
 
 // leader is the replica of m's agent that leads its election.
