@@ -25,17 +25,29 @@ type electionTiming struct {
 // defaultElectionTiming is client-go's and controller-runtime's default.
 var defaultElectionTiming = electionTiming{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
 
+// electionMargin is how much sooner than any other replica could lead a leader stops
+// acting, beyond the second client-go's records round away: room for calls in flight
+// at Until and for the replicas' clock rates.
+const electionMargin = time.Second
+
 // validate checks what client-go's leader election demands (it panics otherwise), and
-// that the renew deadline leaves room below the lease duration: the gap is what covers
-// calls still in flight at Until and the replicas' clock rates.
+// what Until's promise rests on. client-go writes the lease duration into the record in
+// whole seconds, which a standby waits out, and a standby sees a renewal only when the
+// record's JSON changes, where the renew time has whole seconds too: a renewal within
+// the second of the one before it goes unseen. So a standby may take over as soon as
+// the lease duration, less a second, after the leader's last write; the renew deadline
+// must end before that, by electionMargin.
 func (e electionTiming) validate() error {
 	switch {
 	case e.RetryPeriod <= 0:
 		return fmt.Errorf("--leader-elect-retry-period must be above 0")
 	case float64(e.RenewDeadline) <= leaderelection.JitterFactor*float64(e.RetryPeriod):
 		return fmt.Errorf("--leader-elect-renew-deadline (%s) must exceed %.1f × --leader-elect-retry-period (%s)", e.RenewDeadline, leaderelection.JitterFactor, e.RetryPeriod)
-	case e.LeaseDuration <= e.RenewDeadline:
-		return fmt.Errorf("--leader-elect-lease-duration (%s) must exceed --leader-elect-renew-deadline (%s)", e.LeaseDuration, e.RenewDeadline)
+	case e.LeaseDuration%time.Second != 0:
+		return fmt.Errorf("--leader-elect-lease-duration (%s) must be whole seconds: the election's record keeps whole seconds", e.LeaseDuration)
+	case e.RenewDeadline > e.LeaseDuration-time.Second-electionMargin:
+		return fmt.Errorf("--leader-elect-renew-deadline (%s) must end %s before --leader-elect-lease-duration (%s) less the second the election's record rounds away, at most %s",
+			e.RenewDeadline, electionMargin, e.LeaseDuration, e.LeaseDuration-time.Second-electionMargin)
 	}
 	return nil
 }
@@ -45,11 +57,13 @@ func (e electionTiming) validate() error {
 //
 // A candidate takes the election lease over only once the record it last saw has stood
 // unchanged for the lease duration on its own clock, and it can have seen the leader's
-// latest renewal no earlier than that renewal was sent. So no other replica leads before
-// (the send of this process's last successful write) + the lease duration. The leader
-// itself gives up after the renew deadline without a successful write; Until is that
-// instant, leaving the difference (5 s by default) for calls still in flight and for
-// clock rates.
+// latest renewal no earlier than that renewal was sent; but client-go compares records
+// with their renew times in whole seconds, so the candidate's clock may have started at
+// an earlier renewal within the same second. So no other replica leads before (the send
+// of this process's last successful write) + the lease duration − 1 s. The leader itself
+// gives up after the renew deadline without a successful write; Until is that instant,
+// leaving the difference (4 s by default, at least electionMargin: validate) for calls
+// still in flight and for clock rates.
 // client-go does not stop a leader that was frozen past it (kubernetes#44887): on waking,
 // the process still believes it leads until its next renewal fails, up to a renew deadline
 // later. The reconciler asks Until before it acts, and bounds every call by it, so a

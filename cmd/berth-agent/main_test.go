@@ -51,11 +51,11 @@ func TestParseFlags(t *testing.T) {
 			wantLogs: logging.Options{Format: logging.FormatText},
 		},
 		"replicas with a short election, as the frozen-leader suite starts them": {
-			args: []string{"--lease-api-url", "http://x", "--leader-elect", "--leader-elect-lease-duration", "2s",
+			args: []string{"--lease-api-url", "http://x", "--leader-elect", "--leader-elect-lease-duration", "4s",
 				"--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period", "250ms"},
 			want: with(func(o *options) {
 				o.leaseAPIURL, o.leaderElect = "http://x", true
-				o.election = electionTiming{LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond}
+				o.election = electionTiming{LeaseDuration: 4 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond}
 			}),
 			wantLogs: logging.Options{Format: logging.FormatText},
 		},
@@ -118,6 +118,21 @@ func TestValidate(t *testing.T) {
 		"fleet mode with leader election": {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true, kubeconfig: "host.kubeconfig"})},
 		"election's renew deadline past its lease": {
 			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) { o.election.RenewDeadline = o.election.LeaseDuration }), wantErr: true,
+		},
+		"election's lease in fractions of a second": {
+			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) {
+				o.election = electionTiming{LeaseDuration: 5900 * time.Millisecond, RenewDeadline: 3 * time.Second, RetryPeriod: time.Second}
+			}), wantErr: true,
+		},
+		"election's renew deadline within the rounded second and the margin": {
+			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) {
+				o.election = electionTiming{LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond}
+			}), wantErr: true,
+		},
+		"election at the shortest renew deadline its lease allows": {
+			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) {
+				o.election = electionTiming{LeaseDuration: 4 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
+			}),
 		},
 		"election retried slower than its renew deadline": {
 			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) { o.election.RetryPeriod = o.election.RenewDeadline }), wantErr: true,

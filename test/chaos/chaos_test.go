@@ -87,7 +87,7 @@ func TestChaos(t *testing.T) {
 	// Every cluster's agent runs as two replicas with leader election, as the
 	// chart runs it: a freeze stops the leader.
 	opts := localfleet.Options{Clusters: 3, BinDir: binaries.Dir, WorkDir: dir, Workload: workload, Log: testr.NewWithOptions(t, testr.Options{}),
-		AgentArgs: []string{"--leader-elect", "--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=250ms"}}
+		AgentArgs: []string{"--leader-elect", "--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=250ms"}}
 	started := time.Now()
 	f, err := localfleet.Start(t.Context(), opts)
 	if err != nil {

@@ -41,8 +41,8 @@ type frozenTiming struct {
 }
 
 var (
-	shortFreezes = frozenTiming{ttl: 10, heartbeat: 3, electionLease: 2 * time.Second,
-		election: []string{"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=250ms"}}
+	shortFreezes = frozenTiming{ttl: 10, heartbeat: 3, electionLease: 4 * time.Second,
+		election: []string{"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=250ms"}}
 	chartFreezes = frozenTiming{ttl: 30, heartbeat: 10, electionLease: 15 * time.Second}
 )
 

@@ -306,16 +306,27 @@ var ElectionLease = ctrlclient.ObjectKey{Namespace: "berth-system", Name: "berth
 
 // Leader returns which of procs (agent processes of this member, run with
 // --leader-elect) leads the election now, or nil when none of them does: the
-// election Lease names the identity each logs when it starts.
+// election Lease names the identity each logs when it starts. An agent that
+// does not log it (an older release) is the leader when it is the only live
+// one of procs that has logged taking the election: a replica that loses it
+// exits.
 func (m *Member) Leader(ctx context.Context, procs ...*process.Process) *process.Process {
 	l := &coordinationv1.Lease{}
 	if err := m.Client.Get(ctx, ElectionLease, l); err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
 		return nil
 	}
+	var elected []*process.Process
 	for _, p := range procs {
-		if p != nil && !p.Exited() && p.LogContains(*l.Spec.HolderIdentity) {
+		switch {
+		case p == nil || p.Exited():
+		case p.LogContains(*l.Spec.HolderIdentity):
 			return p
+		case p.LogContains("Successfully acquired lease"): // client-go's line
+			elected = append(elected, p)
 		}
+	}
+	if len(elected) == 1 {
+		return elected[0]
 	}
 	return nil
 }
