@@ -112,31 +112,10 @@ func TestValidate(t *testing.T) {
 		o       options
 		wantErr bool
 	}{
-		"single-cluster":                  {o: valid(options{leaseAPIURL: "http://x"})},
-		"no lease API":                    {o: valid(options{}), wantErr: true},
-		"fleet mode":                      {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir})},
-		"fleet mode with leader election": {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true, kubeconfig: "host.kubeconfig"})},
-		"election's renew deadline past its lease": {
-			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) { o.election.RenewDeadline = o.election.LeaseDuration }), wantErr: true,
-		},
-		"election's lease in fractions of a second": {
-			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) {
-				o.election = electionTiming{LeaseDuration: 5900 * time.Millisecond, RenewDeadline: 3 * time.Second, RetryPeriod: time.Second}
-			}), wantErr: true,
-		},
-		"election's renew deadline within the rounded second and the margin": {
-			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) {
-				o.election = electionTiming{LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond}
-			}), wantErr: true,
-		},
-		"election at the shortest renew deadline its lease allows": {
-			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) {
-				o.election = electionTiming{LeaseDuration: 4 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
-			}),
-		},
-		"election retried slower than its renew deadline": {
-			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) { o.election.RetryPeriod = o.election.RenewDeadline }), wantErr: true,
-		},
+		"single-cluster":                              {o: valid(options{leaseAPIURL: "http://x"})},
+		"no lease API":                                {o: valid(options{}), wantErr: true},
+		"fleet mode":                                  {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir})},
+		"fleet mode with leader election":             {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true, kubeconfig: "host.kubeconfig"})},
 		"fleet mode elects on no host":                {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, leaderElect: true}), wantErr: true},
 		"fleet mode names its clusters":               {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir, clusterID: "east"}), wantErr: true},
 		"fleet folder missing":                        {o: valid(options{leaseAPIURL: "http://x", fleetKubeconfigDir: dir + "/missing"}), wantErr: true},
@@ -165,6 +144,27 @@ func TestValidate(t *testing.T) {
 		"cluster labels":  {o: valid(options{leaseAPIURL: "http://x", clusterLabels: map[string]string{"site": "primary", "topology.example.com/zone": "eu-1"}})},
 		"bad label key":   {o: valid(options{leaseAPIURL: "http://x", clusterLabels: map[string]string{"site primary": "x"}}), wantErr: true},
 		"bad label value": {o: valid(options{leaseAPIURL: "http://x", clusterLabels: map[string]string{"site": "primary/eu"}}), wantErr: true},
+		"election's renew deadline past its lease": {
+			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) { o.election.RenewDeadline = o.election.LeaseDuration }), wantErr: true,
+		},
+		"election's lease in fractions of a second": {
+			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) {
+				o.election = electionTiming{LeaseDuration: 5900 * time.Millisecond, RenewDeadline: 3 * time.Second, RetryPeriod: time.Second}
+			}), wantErr: true,
+		},
+		"election's renew deadline within the rounded second and the margin": {
+			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) {
+				o.election = electionTiming{LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 250 * time.Millisecond}
+			}), wantErr: true,
+		},
+		"election at the shortest renew deadline its lease allows": {
+			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) {
+				o.election = electionTiming{LeaseDuration: 4 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
+			}),
+		},
+		"election retried slower than its renew deadline": {
+			o: changed(valid(options{leaseAPIURL: "http://x", leaderElect: true}), func(o *options) { o.election.RetryPeriod = o.election.RenewDeadline }), wantErr: true,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

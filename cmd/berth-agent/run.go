@@ -246,13 +246,13 @@ func (o options) elect(cfg *rest.Config, opts *ctrl.Options, id string) (func() 
 	if err != nil {
 		return nil, err
 	}
-	leaseDuration, renewDeadline, retryPeriod := o.election.LeaseDuration, o.election.RenewDeadline, o.election.RetryPeriod
+	e := o.election
 	opts.LeaderElection = true
 	opts.LeaderElectionResourceLockInterface = l
 	opts.LeaderElectionReleaseOnCancel = true
-	opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &leaseDuration, &renewDeadline, &retryPeriod
+	opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &e.LeaseDuration, &e.RenewDeadline, &e.RetryPeriod
 	ctrl.Log.WithName("leader-election").Info("electing a leader among the agent's replicas", "lock", o.operatorNamespace+"/"+id, "identity", l.Identity(),
-		"leaseDuration", leaseDuration, "renewDeadline", renewDeadline, "retryPeriod", retryPeriod)
+		"leaseDuration", e.LeaseDuration, "renewDeadline", e.RenewDeadline, "retryPeriod", e.RetryPeriod)
 	return l.Until, nil
 }
 

@@ -20,7 +20,6 @@ import (
 	berthv1alpha1 "github.com/berthfleet/berth/api/v1alpha1"
 	"github.com/berthfleet/berth/reconciler"
 	"github.com/berthfleet/berth/test/builders"
-	"github.com/berthfleet/berth/test/freeport"
 	"github.com/berthfleet/berth/test/localfleet"
 	"github.com/berthfleet/berth/test/process"
 )
@@ -86,8 +85,6 @@ type Nemesis struct {
 	// with --leader-elect (StartStandbys): a Freeze then freezes whichever
 	// replica leads, and the heal starts a replica that exited anew.
 	Standbys map[string]*process.Process
-	// standbyArgs are the standbys' own flags (their webhook port).
-	standbyArgs map[string]localfleet.AgentProcess
 
 	state  map[string]*memberState
 	apiOff bool
@@ -346,13 +343,8 @@ func (n *Nemesis) restartAgent(m *localfleet.Member, ms *memberState) error {
 // StartStandbys runs a second agent replica for every cluster, beside its
 // Agent; the fleet's agents must run with --leader-elect.
 func (n *Nemesis) StartStandbys() error {
-	n.Standbys, n.standbyArgs = map[string]*process.Process{}, map[string]localfleet.AgentProcess{}
-	ports, err := freeport.Ports(len(n.Fleet.Members))
-	if err != nil {
-		return err
-	}
-	for i, m := range n.Fleet.Members {
-		n.standbyArgs[m.Name] = localfleet.AgentProcess{WebhookPort: ports[i]}
+	n.Standbys = map[string]*process.Process{}
+	for _, m := range n.Fleet.Members {
 		if err := n.startStandby(m); err != nil {
 			return err
 		}
@@ -364,7 +356,7 @@ func (n *Nemesis) startStandby(m *localfleet.Member) error {
 	if p := n.Standbys[m.Name]; p != nil {
 		p.Kill()
 	}
-	p, err := m.StartAgentProcess(n.standbyArgs[m.Name])
+	p, err := m.StartStandby()
 	if err != nil {
 		return err
 	}

@@ -48,8 +48,9 @@ func startFleet(t *testing.T) *run {
 }
 
 // startFleetWith is startFleet with options (NoAgents, say); the binaries,
-// folders and log are the suite's, the clusters too unless opts names their number, and so is the workload unless
-// opts names one (with the suite's namespace, name and replicas).
+// folders and log are the suite's, and so are the three clusters and the
+// workload unless opts names their number or one (with the suite's
+// namespace, name and replicas).
 func startFleetWith(t *testing.T, opts localfleet.Options) *run {
 	t.Helper()
 	if opts.Workload.Name == "" {

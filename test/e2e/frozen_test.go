@@ -12,7 +12,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 
 	"github.com/berthfleet/berth/reconciler"
-	"github.com/berthfleet/berth/test/freeport"
 	"github.com/berthfleet/berth/test/localfleet"
 	"github.com/berthfleet/berth/test/poll"
 	"github.com/berthfleet/berth/test/process"
@@ -146,40 +145,42 @@ type freezer struct {
 	*run
 	timing         frozenTiming
 	ttl, heartbeat time.Duration
-	// replicas are each cluster's agent processes with --leader-elect: the first
-	// serves admission at the port the registrations name, the second at its own.
-	replicas   map[string][]replica
+	// replicas are each cluster's two agent processes with --leader-elect: the
+	// member's Agent, serving admission at the port the registrations name, and its
+	// standby (localfleet's StartStandby).
+	replicas   map[string]*[2]*process.Process
 	overlapped map[bool]int // runs with an overlap, by scenario (replicas or not)
-}
-
-type replica struct {
-	*process.Process
-	webhookPort int // 0: the member's
 }
 
 // startReplicas runs two agent processes for m with leader election.
 func (f *freezer) startReplicas(t *testing.T, m *localfleet.Member) {
 	t.Helper()
 	if f.replicas == nil {
-		f.replicas = map[string][]replica{}
+		f.replicas = map[string]*[2]*process.Process{}
 	}
-	port, err := freeport.Port()
-	if err != nil {
-		t.Fatal(err)
+	f.replicas[m.Name] = &[2]*process.Process{}
+	for slot := range 2 {
+		f.startReplica(t, m, slot)
 	}
-	f.replicas[m.Name] = []replica{f.startReplica(t, m, 0), f.startReplica(t, m, port)}
-	m.Agent = f.replicas[m.Name][0].Process
 }
 
-func (f *freezer) startReplica(t *testing.T, m *localfleet.Member, webhookPort int) replica {
+// startReplica starts m's replica in slot (0: the member's Agent, 1: its standby).
+func (f *freezer) startReplica(t *testing.T, m *localfleet.Member, slot int) {
 	t.Helper()
 	args := append([]string{"--leader-elect"}, f.timing.election...)
-	p, err := m.StartAgentProcess(localfleet.AgentProcess{Args: args, WebhookPort: webhookPort})
+	var p *process.Process
+	var err error
+	if slot == 0 {
+		p, err = m.StartAgentProcess(localfleet.AgentProcess{Args: args})
+		m.Agent = p
+	} else {
+		p, err = m.StartStandby(args...)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Kill)
-	return replica{Process: p, webhookPort: webhookPort}
+	f.replicas[m.Name][slot] = p
 }
 
 // freezeOnce makes run i of n: it waits for one cluster to run the workload and for a
@@ -293,13 +294,9 @@ func (f *freezer) settle(t *testing.T, timeout time.Duration) string {
 // leader is the replica of m's agent that leads its election.
 func (f *freezer) leader(t *testing.T, m *localfleet.Member) *process.Process {
 	t.Helper()
-	var procs []*process.Process
-	for _, p := range f.replicas[m.Name] {
-		procs = append(procs, p.Process)
-	}
 	var found *process.Process
 	poll.For(t, 30*time.Second, m.Name+"'s replicas have a leader", func() bool {
-		found = m.Leader(t.Context(), procs...)
+		found = m.Leader(t.Context(), f.replicas[m.Name][:]...)
 		return found != nil
 	})
 	return found
@@ -340,13 +337,9 @@ func (f *freezer) replaceFrozen(t *testing.T, m *localfleet.Member, frozen *proc
 		t.Errorf("%s's frozen replica still runs after its election's lease: nobody took leadership over", m.Name)
 		return
 	}
-	for j, p := range f.replicas[m.Name] {
-		if p.Process != frozen {
-			continue
-		}
-		f.replicas[m.Name][j] = f.startReplica(t, m, p.webhookPort)
-		if m.Agent == frozen {
-			m.Agent = f.replicas[m.Name][j].Process
+	for slot, p := range f.replicas[m.Name] {
+		if p == frozen {
+			f.startReplica(t, m, slot)
 		}
 	}
 }

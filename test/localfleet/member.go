@@ -85,6 +85,8 @@ type Member struct {
 	// webhookPort is where the member's agent serves admission, the same
 	// across restarts, as its registrations say.
 	webhookPort int
+	// standbyWebhookPort is where its standby replicas serve admission (StartStandby).
+	standbyWebhookPort int
 	// webhookCA is the CA bundle that trusts the agent's serving certificate.
 	webhookCA []byte
 	// MetricsURL is the agent's /metrics (the same across restarts), empty
@@ -261,6 +263,10 @@ type AgentProcess struct {
 // agent with other flags. The caller stops it.
 func (m *Member) StartAgentProcess(a AgentProcess) (*process.Process, error) {
 	clusterID := cmp.Or(a.ClusterID, m.Name)
+	metrics := m.metricsAddr
+	if a.WebhookPort != 0 {
+		metrics = "0" // the member's address is its first replica's
+	}
 	api := m.fleet.LeaseAPI
 	token, ok := api.TokenFiles[clusterID]
 	if !ok {
@@ -271,7 +277,7 @@ func (m *Member) StartAgentProcess(a AgentProcess) (*process.Process, error) {
 		"--kubeconfig", m.agentKubeconfig(),
 		"--lease-api-url", "http://" + m.Proxy.Addr,
 		"--lease-api-token-file", token,
-		"--metrics-bind-address", m.metricsAddr,
+		"--metrics-bind-address", metrics,
 		"--health-probe-bind-address", "0",
 		"--cluster-heartbeat-interval", m.fleet.opts.Workload.ClusterHeartbeat.String(),
 	}
@@ -283,12 +289,23 @@ func (m *Member) StartAgentProcess(a AgentProcess) (*process.Process, error) {
 			"--fence-image", FenceImage,
 		)
 	}
-	if a.WebhookPort != 0 {
-		args = append(args, "--metrics-bind-address", "0") // the member's address is the first replica's
-	}
 	args = append(append(append(args, m.fleet.opts.AgentArgs...), m.fleet.opts.MemberAgentArgs[m.Name]...), a.Args...)
 	bin := cmp.Or(m.fleet.opts.AgentBinary, filepath.Join(m.fleet.opts.BinDir, "berth-agent"))
 	return process.Start("berth-agent", bin, filepath.Join(m.dir, fmt.Sprintf("berth-agent-%d.log", time.Now().UnixNano())), args...)
+}
+
+// StartStandby runs a second replica of the member's agent beside Agent (the
+// fleet's agents, or args, must elect a leader): it serves admission at a port of
+// its own, the same for every standby of this member. The caller stops it.
+func (m *Member) StartStandby(args ...string) (*process.Process, error) {
+	if m.standbyWebhookPort == 0 {
+		port, err := onePortExcept(m.webhookPort)
+		if err != nil {
+			return nil, err
+		}
+		m.standbyWebhookPort = port
+	}
+	return m.StartAgentProcess(AgentProcess{WebhookPort: m.standbyWebhookPort, Args: args})
 }
 
 // StopAgent kills the member's agent, as a crash would.
